@@ -1,0 +1,207 @@
+"""The codec interface: stages with explicit state, chained into a `Codec`.
+
+A codec turns one tensor into a `Payload` and back. It is built from up to three *stages*,
+applied in this order (the design card's `transform -> select -> quantize`; `pack` is the
+wire encoder's job):
+
+- a `Transform` maps the flattened tensor into another domain (identity, wavelet);
+- a `Selector` picks the coordinates that travel (top-k, random-k, ...);
+- a `Quantizer` writes the picked values (fp32 / fp16, QSGD levels, scaled signs).
+
+Each stage is a NamedTuple of pure functions; anything that changes between calls (a
+random seed's counter, a density estimate) lives in a state value the caller threads
+through, as in optax's gradient transformations. `chain` validates the order and returns a
+`Codec`; cross-cutting behaviour such as error feedback wraps a `Codec` and returns a `Codec`
+(`thinwire.codecs.feedback`), it is never a flag on a stage.
+
+Example:
+    >>> import torch
+    >>> from thinwire.codecs import chain, top_k, cast
+    >>> codec = chain(top_k(density=0.25), cast("fp16"))
+    >>> x = torch.tensor([0.1, -4.0, 0.2, 3.0])
+    >>> state = codec.init(x)
+    >>> payload, state = codec.encode(x, state)
+    >>> codec.decode(payload, x.shape)
+    tensor([ 0., -4.,  0.,  0.])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+
+from thinwire.codecs.support import scatter
+from thinwire.wire.payload import DenseSupport, Payload, RawValues, Support, Values
+
+__all__ = [
+    "Codec",
+    "CodecInfo",
+    "EmptyState",
+    "Quantizer",
+    "Selector",
+    "Transform",
+    "chain",
+]
+
+
+class EmptyState(NamedTuple):
+    """State of a stage that keeps none."""
+
+
+class CodecInfo(NamedTuple):
+    """What a codec guarantees, so tests and users can check it.
+
+    `delta(n)`: a contraction bound, E||C(x) - x||^2 <= (1 - delta) ||x||^2 for every x of
+    n coordinates; None where no such bound is known. `omega(n)`: for an unbiased codec,
+    E||C(x) - x||^2 <= omega ||x||^2. `lossless`: decode(encode(x)) == x exactly.
+    """
+
+    unbiased: bool
+    delta: Callable[[int], float] | None = None
+    omega: Callable[[int], float] | None = None
+    lossless: bool = False
+
+
+LOSSLESS = CodecInfo(unbiased=True, delta=lambda n: 1.0, omega=lambda n: 0.0, lossless=True)
+
+
+class Transform(NamedTuple):
+    """An invertible map of the flattened tensor into the domain that is compressed."""
+
+    forward: Callable[[torch.Tensor], torch.Tensor]  # (n,) -> (size(n),)
+    inverse: Callable[[torch.Tensor, int], torch.Tensor]  # (size(n),), n -> (n,)
+    size: Callable[[int], int]  # n -> length of the transformed vector
+    name: str = "transform"
+
+
+class Selector(NamedTuple):
+    """Picks the coordinates that travel and returns them with their values."""
+
+    init: Callable[[int, torch.device], Any]  # domain size, device -> state
+    select: Callable[[torch.Tensor, Any], tuple[Support, torch.Tensor, Any]]
+    info: CodecInfo
+    name: str = "selector"
+
+
+class Quantizer(NamedTuple):
+    """Writes the picked values; `dequantize` returns them as float32."""
+
+    init: Callable[[torch.device], Any]  # device -> state
+    quantize: Callable[[torch.Tensor, Any], tuple[Values, Any]]
+    dequantize: Callable[[Values], torch.Tensor]
+    info: CodecInfo
+    name: str = "quantizer"
+
+
+class Codec(NamedTuple):
+    """A complete tensor codec.
+
+    - `init(template) -> state`: the state for tensors shaped like `template` (on its device);
+    - `encode(x, state) -> (payload, state)`: sender side, stays on x's device;
+    - `decode(payload, shape) -> x_hat`: receiver side, on the payload's device, shaped `shape`;
+    - `wire_shape(shape)`: the shape of the domain its payloads index (for wire validation).
+    """
+
+    init: Callable[[torch.Tensor], Any]
+    encode: Callable[[torch.Tensor, Any], tuple[Payload, Any]]
+    decode: Callable[[Payload, tuple[int, ...]], torch.Tensor]
+    wire_shape: Callable[[tuple[int, ...]], tuple[int, ...]]
+    info: CodecInfo
+    name: str = "codec"
+
+
+class ChainState(NamedTuple):
+    """State of a chained codec."""
+
+    selector: Any  # the selector's state (EmptyState without a selector)
+    quantizer: Any  # the quantizer's state (EmptyState without a quantizer)
+
+
+def _keep_all() -> Selector:
+    def init(n: int, device: torch.device) -> EmptyState:
+        del n, device
+        return EmptyState()
+
+    def select(y: torch.Tensor, state: EmptyState) -> tuple[Support, torch.Tensor, EmptyState]:
+        return DenseSupport(), y, state
+
+    return Selector(init, select, LOSSLESS, name="dense")
+
+
+def _fp32() -> Quantizer:
+    def init(device: torch.device) -> EmptyState:
+        del device
+        return EmptyState()
+
+    def quantize(v: torch.Tensor, state: EmptyState) -> tuple[Values, EmptyState]:
+        return RawValues(v.float()), state
+
+    def dequantize(values: Values) -> torch.Tensor:
+        assert isinstance(values, RawValues)
+        return values.data.float()
+
+    return Quantizer(init, quantize, dequantize, LOSSLESS, name="fp32")
+
+
+def _combined_info(infos: list[CodecInfo]) -> CodecInfo:
+    lossless = all(i.lossless for i in infos)
+    if lossless:
+        return LOSSLESS
+    lossy = [i for i in infos if not i.lossless]
+    if len(lossy) == 1:
+        return lossy[0]
+    # Composition of two lossy stages: unbiased if both are (independent randomness), and
+    # no general contraction bound is claimed.
+    return CodecInfo(unbiased=all(i.unbiased for i in lossy))
+
+
+def chain(*stages: Transform | Selector | Quantizer) -> Codec:
+    """Builds a codec from stages given in pipeline order: [transform] [selector] [quantizer].
+
+    Missing stages default to identity / keep-all / fp32. A stage out of order, or two of the
+    same role, raises `ValueError`.
+
+    Args:
+        *stages: at most one of each role, in the order transform, selector, quantizer.
+
+    Returns:
+        The `Codec` applying the stages in turn; decode undoes them in reverse.
+    """
+    order = (Transform, Selector, Quantizer)
+    ranks = [next(i for i, role in enumerate(order) if isinstance(s, role)) for s in stages]
+    if ranks != sorted(set(ranks)) or len(ranks) != len(stages):
+        names = ", ".join(type(s).__name__ for s in stages)
+        raise ValueError(
+            f"chain() takes at most one Transform, Selector and Quantizer, in that order; "
+            f"got ({names}). Example: chain(wavelet('sym2', 4), top_k(0.01), cast('fp16'))"
+        )
+    transform = next((s for s in stages if isinstance(s, Transform)), None)
+    selector = next((s for s in stages if isinstance(s, Selector)), _keep_all())
+    quantizer = next((s for s in stages if isinstance(s, Quantizer)), _fp32())
+
+    def domain(shape: tuple[int, ...]) -> tuple[int, ...]:
+        return shape if transform is None else (transform.size(math.prod(shape)),)
+
+    def init(template: torch.Tensor) -> ChainState:
+        n = math.prod(domain(tuple(template.shape)))
+        return ChainState(selector.init(n, template.device), quantizer.init(template.device))
+
+    def encode(x: torch.Tensor, state: ChainState) -> tuple[Payload, ChainState]:
+        y = x.reshape(-1) if transform is None else transform.forward(x.reshape(-1))
+        support, kept, selector_state = selector.select(y, state.selector)
+        values, quantizer_state = quantizer.quantize(kept, state.quantizer)
+        payload = Payload(domain(tuple(x.shape)), support, values)
+        return payload, ChainState(selector_state, quantizer_state)
+
+    def decode(payload: Payload, shape: tuple[int, ...]) -> torch.Tensor:
+        kept = quantizer.dequantize(payload.values)
+        y = scatter(payload.support, kept, payload.numel)
+        x = y if transform is None else transform.inverse(y, math.prod(shape))
+        return x.reshape(shape)
+
+    names = [s.name for s in (transform, selector, quantizer) if s is not None]
+    info = _combined_info([selector.info, quantizer.info])
+    return Codec(init, encode, decode, domain, info, name="+".join(names))

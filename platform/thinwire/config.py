@@ -1,0 +1,646 @@
+"""The experiment schema and YAML loading.
+
+One YAML file describes an experiment; `load_config` parses it into the frozen pydantic
+models below. Unknown keys are errors, every number is range-checked, and a failure raises
+`ConfigError` whose lines name the file, the dotted field path and what was expected:
+
+    exp.yaml: codec.select.density: must be in (0, 1], got 2
+
+Component choices (`kind: topk`, `kind: dirichlet`, ...) are tagged unions: each kind has its
+own model with only its own fields, so a setting that does not apply cannot be written.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+__all__ = [
+    "ChannelConfig",
+    "CodecConfig",
+    "ConfigError",
+    "DataConfig",
+    "Experiment",
+    "ModelConfig",
+    "TrainConfig",
+    "apply_overrides",
+    "load_config",
+    "parse_config",
+]
+
+
+class ConfigError(ValueError):
+    """An experiment file that cannot be used; `str()` lists every problem, one per line."""
+
+    def __init__(self, source: str, problems: Sequence[str]) -> None:
+        self.source = source
+        self.problems = list(problems)
+        super().__init__("\n".join(f"{source}: {p}" for p in self.problems))
+
+
+# --------------------------------------------------------------------------- value types
+
+
+def _unit_interval(x: float) -> float:
+    if not 0.0 < x <= 1.0:
+        raise ValueError("must be in (0, 1]")
+    return x
+
+
+def _probability(x: float) -> float:
+    if not 0.0 <= x <= 1.0:
+        raise ValueError("must be in [0, 1]")
+    return x
+
+
+def _positive(x: float) -> float:
+    if not x > 0:
+        raise ValueError("must be > 0")
+    return x
+
+
+def _non_negative(x: float) -> float:
+    if not x >= 0:
+        raise ValueError("must be >= 0")
+    return x
+
+
+def _device(x: str) -> str:
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", x):
+        raise ValueError("must be 'auto', 'cpu', 'cuda' or 'cuda:<index>'")
+    return x
+
+
+Density = Annotated[float, AfterValidator(_unit_interval)]
+Probability = Annotated[float, AfterValidator(_probability)]
+PositiveFloat = Annotated[float, AfterValidator(_positive)]
+NonNegativeFloat = Annotated[float, AfterValidator(_non_negative)]
+PositiveInt = Annotated[int, Field(ge=1)]
+Device = Annotated[str, AfterValidator(_device)]
+
+
+class Section(BaseModel):
+    """Base of every config section: frozen, unknown keys rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------- codec
+
+
+class IdentityTransform(Section):
+    """No transform: compress the tensor's own coordinates."""
+
+    kind: Literal["identity"] = "identity"
+
+
+class WaveletTransform(Section):
+    """Multilevel discrete wavelet transform of the flattened tensor (JWINS)."""
+
+    kind: Literal["wavelet"] = "wavelet"
+    wavelet: str = "sym2"
+    level: Annotated[int, Field(ge=1, le=12)] = 4
+
+
+Transform = Annotated[IdentityTransform | WaveletTransform, Field(discriminator="kind")]
+
+
+class KeepAll(Section):
+    """Send every coordinate."""
+
+    kind: Literal["none"] = "none"
+
+
+class TopK(Section):
+    """Exact top-k by magnitude; k = ceil(density * n)."""
+
+    kind: Literal["topk"] = "topk"
+    density: Density
+
+
+class SampledTopK(Section):
+    """Top-k via a sampled threshold estimate plus an exact pass over the candidates (DGC)."""
+
+    kind: Literal["topk_sampled"] = "topk_sampled"
+    density: Density
+    sample: Density = 0.01
+
+
+class RandomK(Section):
+    """k coordinates chosen by a seed that travels instead of the indices."""
+
+    kind: Literal["random_k"] = "random_k"
+    density: Density
+    unbiased: bool = False
+
+
+class RandomBlock(Section):
+    """One contiguous block of k coordinates from a seeded start (wrapping around)."""
+
+    kind: Literal["random_block"] = "random_block"
+    density: Density
+
+
+class RTopK(Section):
+    """rTop-k: k coordinates drawn uniformly from the top r = ratio * k."""
+
+    kind: Literal["rtopk"] = "rtopk"
+    density: Density
+    ratio: Annotated[float, Field(ge=1.0)] = 4.0
+
+
+class HardThreshold(Section):
+    """Every coordinate with |x_i| >= lam."""
+
+    kind: Literal["threshold"] = "threshold"
+    lam: PositiveFloat
+
+
+class AdaptiveTopK(Section):
+    """Top-k with k chosen per call from the input's energy against its running average."""
+
+    kind: Literal["adaptive"] = "adaptive"
+    density: Density
+    min_density: Density = 0.0001
+    max_density: Density = 0.1
+    decay: Probability = 0.9
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AdaptiveTopK:
+        if not self.min_density <= self.density <= self.max_density:
+            raise ValueError("needs min_density <= density <= max_density")
+        return self
+
+
+Select = Annotated[
+    KeepAll | TopK | SampledTopK | RandomK | RandomBlock | RTopK | HardThreshold | AdaptiveTopK,
+    Field(discriminator="kind"),
+]
+
+
+class NoQuantizer(Section):
+    """Values travel as fp32."""
+
+    kind: Literal["none"] = "none"
+
+
+class Cast(Section):
+    """Values travel as fp16 or bf16."""
+
+    kind: Literal["fp16", "bf16"]
+
+
+class QSGD(Section):
+    """QSGD: s levels with stochastic rounding (unbiased), one norm per bucket."""
+
+    kind: Literal["qsgd"] = "qsgd"
+    levels: Annotated[int, Field(ge=1, le=2**20)] = 16
+    bucket: Annotated[int, Field(ge=0)] = 0
+
+
+class ScaledSign(Section):
+    """Scaled sign: ||x_b||_1 / |b| * sign(x) per bucket b."""
+
+    kind: Literal["sign"] = "sign"
+    bucket: Annotated[int, Field(ge=0)] = 0
+
+
+Quantize = Annotated[NoQuantizer | Cast | QSGD | ScaledSign, Field(discriminator="kind")]
+
+
+class NoFeedback(Section):
+    """Whatever the codec drops is lost."""
+
+    kind: Literal["none"] = "none"
+
+
+class ResidualFeedback(Section):
+    """Error feedback (Stich et al.): what was not sent is added to the next input."""
+
+    kind: Literal["residual"] = "residual"
+
+
+class DGCFeedback(Section):
+    """DGC: momentum correction and momentum-factor masking around the residual."""
+
+    kind: Literal["dgc"] = "dgc"
+    momentum: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.9
+    nesterov: bool = False
+
+
+Feedback = Annotated[
+    NoFeedback | ResidualFeedback | DGCFeedback, Field(discriminator="kind")
+]
+
+
+def _feedback_shorthand(value: Any) -> Any:
+    # `error_feedback: true` is the design card's spelling of the residual memory.
+    if value is True:
+        return {"kind": "residual"}
+    if value is False or value is None:
+        return {"kind": "none"}
+    return value
+
+
+class CodecConfig(Section):
+    """What an update becomes on the wire: transform -> select -> quantize, with feedback."""
+
+    transform: Transform = IdentityTransform()
+    select: Select = KeepAll()
+    quantize: Quantize = NoQuantizer()
+    error_feedback: Feedback = NoFeedback()
+    scope: Literal["tensor", "model"] = "tensor"
+    """'tensor': one payload per parameter tensor; 'model': one for the flattened model."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthands(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "error_feedback" in data:
+            data = {**data, "error_feedback": _feedback_shorthand(data["error_feedback"])}
+        return data
+
+
+# --------------------------------------------------------------------------- data
+
+
+class IIDPartition(Section):
+    """Shuffle, then deal examples out evenly."""
+
+    kind: Literal["iid"] = "iid"
+
+
+class DirichletPartition(Section):
+    """Label skew: each class is split across clients in Dirichlet(alpha) proportions."""
+
+    kind: Literal["dirichlet"] = "dirichlet"
+    alpha: PositiveFloat = 0.5
+    min_examples: Annotated[int, Field(ge=0)] = 2
+
+
+class ShardsPartition(Section):
+    """Sort by label, cut into equal shards, give each client `shards` of them (FedAvg)."""
+
+    kind: Literal["shards"] = "shards"
+    shards: PositiveInt = 2
+
+
+Partition = Annotated[
+    IIDPartition | DirichletPartition | ShardsPartition, Field(discriminator="kind")
+]
+
+
+class SyntheticData(Section):
+    """FedProx's Synthetic(alpha, beta): per-client softmax models and feature shifts."""
+
+    alpha: NonNegativeFloat = 1.0
+    beta: NonNegativeFloat = 1.0
+    dim: PositiveInt = 60
+    classes: Annotated[int, Field(ge=2)] = 10
+    samples_per_client: PositiveInt = 200
+
+
+FILE_DATASETS = ("mnist", "fashion_mnist", "cifar10")
+
+
+class DataConfig(Section):
+    """Which data, split over how many clients, and how."""
+
+    dataset: Literal["digits", "synthetic", "mnist", "fashion_mnist", "cifar10"] = "digits"
+    root: Path | None = None
+    """Folder holding the files of mnist / fashion_mnist / cifar10 (never downloaded)."""
+    clients: PositiveInt = 10
+    partition: Partition = IIDPartition()
+    test_fraction: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.2
+    """Held-out share for datasets without an official test split (digits, synthetic)."""
+    synthetic: SyntheticData | None = None
+
+    @model_validator(mode="after")
+    def _dataset_fields(self) -> DataConfig:
+        if self.dataset in FILE_DATASETS and self.root is None:
+            raise ValueError(f"dataset {self.dataset!r} reads local files: set data.root")
+        if self.dataset not in FILE_DATASETS and self.root is not None:
+            raise ValueError(f"data.root applies only to {', '.join(FILE_DATASETS)}")
+        if self.synthetic is not None and self.dataset != "synthetic":
+            raise ValueError("data.synthetic applies only to dataset 'synthetic'")
+        return self
+
+
+# --------------------------------------------------------------------------- model
+
+
+class LogisticRegression(Section):
+    """Multinomial logistic regression (convex)."""
+
+    kind: Literal["logreg"] = "logreg"
+
+
+class MLP(Section):
+    """Fully connected network with ReLU."""
+
+    kind: Literal["mlp"] = "mlp"
+    hidden: list[PositiveInt] = [64]
+
+
+class CNN(Section):
+    """Two conv layers and a linear head."""
+
+    kind: Literal["cnn"] = "cnn"
+    channels: list[PositiveInt] = [16, 32]
+
+
+class ResNet20(Section):
+    """ResNet-20, the standard CIFAR variant (He et al., 3 stages of 3 basic blocks)."""
+
+    kind: Literal["resnet20"] = "resnet20"
+
+
+ModelConfig = Annotated[
+    LogisticRegression | MLP | CNN | ResNet20, Field(discriminator="kind")
+]
+
+
+# --------------------------------------------------------------------------- training
+
+
+class SGD(Section):
+    """Local SGD (heavy-ball or Nesterov momentum optional)."""
+
+    kind: Literal["sgd"] = "sgd"
+    momentum: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    nesterov: bool = False
+    weight_decay: NonNegativeFloat = 0.0
+
+
+class Adam(Section):
+    """Local Adam."""
+
+    kind: Literal["adam"] = "adam"
+    weight_decay: NonNegativeFloat = 0.0
+
+
+Optimizer = Annotated[SGD | Adam, Field(discriminator="kind")]
+
+
+class ConstantLR(Section):
+    """The same learning rate every round."""
+
+    kind: Literal["constant"] = "constant"
+
+
+class StepLR(Section):
+    """Multiply the learning rate by `gamma` at each listed round."""
+
+    kind: Literal["step"] = "step"
+    milestones: list[Annotated[int, Field(ge=1)]]
+    gamma: PositiveFloat = 0.1
+
+
+class CosineLR(Section):
+    """Cosine decay from lr to `final` * lr over the run."""
+
+    kind: Literal["cosine"] = "cosine"
+    final: NonNegativeFloat = 0.0
+
+
+class InverseTimeLR(Section):
+    """lr_t = lr * a / (a + t): the decaying schedule of convex analyses."""
+
+    kind: Literal["inverse_time"] = "inverse_time"
+    a: PositiveFloat = 10.0
+
+
+LRSchedule = Annotated[
+    ConstantLR | StepLR | CosineLR | InverseTimeLR, Field(discriminator="kind")
+]
+
+
+class ServerStep(Section):
+    """How the server applies the averaged delta: x <- x + lr * m, m <- momentum * m + delta."""
+
+    lr: PositiveFloat = 1.0
+    momentum: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+
+
+class TrainConfig(Section):
+    """Rounds and local training."""
+
+    rounds: PositiveInt = 50
+    local_steps: PositiveInt | None = 10
+    local_epochs: PositiveInt | None = None
+    batch_size: PositiveInt = 32
+    lr: PositiveFloat = 0.05
+    optimizer: Optimizer = SGD()
+    schedule: LRSchedule = ConstantLR()
+    participation: Density = 1.0
+    """Fraction of clients sampled each round (seeded)."""
+    server: ServerStep = ServerStep()
+    eval_every: PositiveInt = 1
+    device: Device = "auto"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_budget(cls, data: Any) -> Any:
+        # local_epochs replaces the default local_steps unless both are written.
+        if isinstance(data, Mapping) and data.get("local_epochs") is not None:
+            if data.get("local_steps") is not None:
+                raise ValueError("set either train.local_steps or train.local_epochs, not both")
+            data = {**data, "local_steps": None}
+        return data
+
+
+# --------------------------------------------------------------------------- policy
+
+
+class AlwaysSend(Section):
+    """Every selected client sends every round."""
+
+    kind: Literal["always"] = "always"
+
+
+Policy = Annotated[AlwaysSend, Field(discriminator="kind")]
+
+
+# --------------------------------------------------------------------------- topology
+
+
+class StarTopology(Section):
+    """A server and its clients."""
+
+    kind: Literal["star"] = "star"
+
+
+Topology = Annotated[StarTopology, Field(discriminator="kind")]
+
+
+# --------------------------------------------------------------------------- channel
+
+
+class ChannelConfig(Section):
+    """The simulated network: per-client link speeds (one value for all, or one per client)."""
+
+    uplink_mbps: PositiveFloat | list[PositiveFloat] = 20.0
+    downlink_mbps: PositiveFloat | list[PositiveFloat] = 100.0
+    latency_ms: NonNegativeFloat | list[NonNegativeFloat] = 10.0
+
+
+# --------------------------------------------------------------------------- runtime
+
+
+class SimulationRuntime(Section):
+    """Every role in one process."""
+
+    kind: Literal["simulation"] = "simulation"
+
+
+Runtime = Annotated[SimulationRuntime, Field(discriminator="kind")]
+
+
+# --------------------------------------------------------------------------- experiment
+
+
+class Experiment(Section):
+    """One experiment: everything `thinwire run` needs."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)]
+    seed: Annotated[int, Field(ge=0, lt=2**63)] = 0
+    data: DataConfig = DataConfig()
+    model: ModelConfig = MLP()
+    train: TrainConfig = TrainConfig()
+    codec: CodecConfig = CodecConfig()
+    downlink: CodecConfig | None = None
+    """Codec for the server's model broadcast; None sends the model dense."""
+    policy: Policy = AlwaysSend()
+    topology: Topology = StarTopology()
+    channel: ChannelConfig = ChannelConfig()
+    runtime: Runtime = SimulationRuntime()
+    output: Path = Path("runs")
+
+    @model_validator(mode="after")
+    def _per_client_lists(self) -> Experiment:
+        for key in ("uplink_mbps", "downlink_mbps", "latency_ms"):
+            value = getattr(self.channel, key)
+            if isinstance(value, list) and len(value) != self.data.clients:
+                raise ValueError(
+                    f"channel.{key} lists {len(value)} values for {self.data.clients} clients"
+                )
+        return self
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Returns `raw` with dotted `key=value` overrides applied (values parsed as YAML).
+
+    Raises:
+        ValueError: for an override that is not `dotted.key=value` or walks into a scalar.
+    """
+    result: dict[str, Any] = yaml.safe_load(yaml.safe_dump(raw)) or {}
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", key.strip()):
+            raise ValueError(f"override {item!r} is not of the form dotted.key=value")
+        parts = key.strip().split(".")
+        node = result
+        for i, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                where = ".".join(parts[: i + 1])
+                raise ValueError(f"override {item!r}: {where} is a value, not a section")
+            node = child
+        node[parts[-1]] = yaml.safe_load(text) if text.strip() else None
+    return result
+
+
+def _dotted(loc: tuple[int | str, ...], raw: Any) -> str:
+    # pydantic puts a tagged union's tag into the path (codec.select.topk.density) and
+    # validator names for function-validated types; keep only keys present in the input.
+    parts: list[str] = []
+    node = raw
+    for item in loc:
+        if isinstance(node, Mapping) and item in node:
+            node = node[item]
+            parts.append(str(item))
+        elif isinstance(node, list) and isinstance(item, int) and item < len(node):
+            node = node[item]
+            parts.append(f"[{item}]")
+        elif isinstance(item, str) and (
+            (isinstance(node, Mapping) and node.get("kind") == item)
+            or item.startswith(("function-", "list[", "tagged-union[", "literal["))
+            or item in ("int", "float", "str", "bool", "list")
+        ):
+            continue
+        else:
+            parts.append(str(item))
+            node = None
+    return ".".join(parts).replace(".[", "[") or "(top level)"
+
+
+def _message(error: Mapping[str, Any]) -> str:
+    msg = str(error["msg"])
+    for prefix in ("Value error, ", "Assertion failed, "):
+        msg = msg.removeprefix(prefix)
+    if error["type"] == "extra_forbidden":
+        return "unknown key"
+    if error["type"] == "missing":
+        return "required field is missing"
+    if error["type"] == "union_tag_not_found":
+        return "missing 'kind'"
+    if error["type"] == "union_tag_invalid":
+        ctx = error.get("ctx", {})
+        return f"unknown kind {ctx.get('tag')!r}; expected one of {ctx.get('expected_tags')}"
+    msg = msg[0].lower() + msg[1:] if msg else msg
+    if error["type"] not in ("model_type", "union_tag_invalid", "union_tag_not_found"):
+        value = error.get("input")
+        if not isinstance(value, Mapping | list):
+            msg += f", got {value!r}"
+    return msg
+
+
+def parse_config(raw: Any, source: str = "<config>") -> Experiment:
+    """Validates an already-parsed YAML document.
+
+    Raises:
+        ConfigError: listing each invalid field as `dotted.path: problem, got value`.
+    """
+    if not isinstance(raw, Mapping):
+        raise ConfigError(source, [f"expected a mapping of sections, got {type(raw).__name__}"])
+    try:
+        return Experiment.model_validate(raw)
+    except ValidationError as exc:
+        problems = [f"{_dotted(e['loc'], raw)}: {_message(e)}" for e in exc.errors()]
+        raise ConfigError(source, problems) from None
+
+
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Experiment:
+    """Reads an experiment YAML file, applies `key=value` overrides and validates it.
+
+    Args:
+        path: the YAML file.
+        overrides: dotted overrides such as `codec.select.density=0.001`.
+
+    Raises:
+        ConfigError: naming the file and each bad field.
+    """
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(source, [f"cannot read the file: {exc.strerror or exc}"]) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(source, [f"{where}not valid YAML ({problem})"]) from None
+    try:
+        raw = apply_overrides(raw if isinstance(raw, dict) else {}, overrides) if overrides else raw
+    except ValueError as exc:
+        raise ConfigError(source, [str(exc)]) from None
+    return parse_config(raw, source)
