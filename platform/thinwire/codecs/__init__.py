@@ -1,0 +1,86 @@
+"""What an update becomes on the wire: transforms, selectors, quantizers, error feedback.
+
+A codec is `chain(transform?, selector?, quantizer?)` with explicit state, optionally
+wrapped by error feedback; `build(config, seed=...)` makes one from a `CodecConfig`.
+
+Example:
+    >>> import torch
+    >>> from thinwire.codecs import chain, scaled_sign, top_k, with_error_feedback
+    >>> sign_top_k = with_error_feedback(chain(top_k(0.01), scaled_sign()))  # SPARQ's C
+    >>> x = torch.randn(1000, generator=torch.Generator().manual_seed(0))
+    >>> payload, state = sign_top_k.encode(x, sign_top_k.init(x))
+    >>> payload.count
+    10
+"""
+
+from thinwire.codecs.base import (
+    Codec,
+    CodecInfo,
+    EmptyState,
+    Quantizer,
+    Selector,
+    Transform,
+    chain,
+)
+from thinwire.codecs.feedback import DGCState, ErrorFeedbackState, with_dgc, with_error_feedback
+from thinwire.codecs.quantize import QSGDState, cast, qsgd, scaled_sign
+from thinwire.codecs.registry import (
+    build,
+    kinds,
+    register_feedback,
+    register_quantizer,
+    register_selector,
+    register_transform,
+)
+from thinwire.codecs.seeded import RandomBlockState, RandomKState, random_block, random_k
+from thinwire.codecs.sparsify import (
+    AdaptiveTopKState,
+    RTopKState,
+    adaptive_top_k,
+    rtop_k,
+    sampled_top_k,
+    threshold,
+    top_k,
+)
+from thinwire.codecs.support import derive_seed, scatter, seeded_indices
+from thinwire.codecs.wavelet import wavelet, wavelet_lengths
+
+__all__ = [
+    "AdaptiveTopKState",
+    "Codec",
+    "CodecInfo",
+    "DGCState",
+    "EmptyState",
+    "ErrorFeedbackState",
+    "QSGDState",
+    "Quantizer",
+    "RTopKState",
+    "RandomBlockState",
+    "RandomKState",
+    "Selector",
+    "Transform",
+    "adaptive_top_k",
+    "build",
+    "cast",
+    "chain",
+    "derive_seed",
+    "kinds",
+    "qsgd",
+    "random_block",
+    "random_k",
+    "register_feedback",
+    "register_quantizer",
+    "register_selector",
+    "register_transform",
+    "rtop_k",
+    "sampled_top_k",
+    "scaled_sign",
+    "scatter",
+    "seeded_indices",
+    "threshold",
+    "top_k",
+    "wavelet",
+    "wavelet_lengths",
+    "with_dgc",
+    "with_error_feedback",
+]

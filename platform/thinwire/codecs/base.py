@@ -102,7 +102,9 @@ class Codec(NamedTuple):
     - `init(template) -> state`: the state for tensors shaped like `template` (on its device);
     - `encode(x, state) -> (payload, state)`: sender side, stays on x's device;
     - `decode(payload, shape) -> x_hat`: receiver side, on the payload's device, shaped `shape`;
-    - `wire_shape(shape)`: the shape of the domain its payloads index (for wire validation).
+    - `wire_shape(shape)`: the shape of the domain its payloads index (for wire validation);
+    - `transform`: the transform stage, None when payloads index the tensor's own
+      coordinates (wrappers such as DGC's momentum masking need those).
     """
 
     init: Callable[[torch.Tensor], Any]
@@ -111,6 +113,7 @@ class Codec(NamedTuple):
     wire_shape: Callable[[tuple[int, ...]], tuple[int, ...]]
     info: CodecInfo
     name: str = "codec"
+    transform: Transform | None = None
 
 
 class ChainState(NamedTuple):
@@ -153,9 +156,29 @@ def _combined_info(infos: list[CodecInfo]) -> CodecInfo:
     lossy = [i for i in infos if not i.lossless]
     if len(lossy) == 1:
         return lossy[0]
-    # Composition of two lossy stages: unbiased if both are (independent randomness), and
-    # no general contraction bound is claimed.
-    return CodecInfo(unbiased=all(i.unbiased for i in lossy))
+    # A selector S then a quantizer Q on the k <= n kept values. A contractive selector keeps
+    # the values it picks, so ||x - S(x)||^2 = ||x||^2 - ||y||^2 with y = S(x), and Q errs
+    # only on the support: ||x - Q(y)||^2 = ||x||^2 - ||y||^2 + ||y - Q(y)||^2
+    # <= ||x||^2 - d_Q(k) ||y||^2 <= (1 - d_Q(k) d_S(n)) ||x||^2. Every thinwire quantizer's
+    # d_Q is non-increasing, so d = d_S(n) d_Q(n) is a valid (loose) bound. Independent
+    # unbiased stages compose to an unbiased codec with 1 + omega <= (1 + omega_S(n)) *
+    # (1 + omega_Q(k)), and omega_Q is non-decreasing, so omega_Q(n) may stand for it.
+    selector, quantizer = lossy
+    delta = omega = None
+    if selector.delta is not None and quantizer.delta is not None:
+        d_s, d_q = selector.delta, quantizer.delta
+
+        def delta(n: int) -> float:
+            return d_s(n) * d_q(n)
+
+    unbiased = selector.unbiased and quantizer.unbiased
+    if unbiased and selector.omega is not None and quantizer.omega is not None:
+        w_s, w_q = selector.omega, quantizer.omega
+
+        def omega(n: int) -> float:
+            return (1.0 + w_s(n)) * (1.0 + w_q(n)) - 1.0
+
+    return CodecInfo(unbiased=unbiased, delta=delta, omega=omega)
 
 
 def chain(*stages: Transform | Selector | Quantizer) -> Codec:
@@ -173,10 +196,10 @@ def chain(*stages: Transform | Selector | Quantizer) -> Codec:
     order = (Transform, Selector, Quantizer)
     ranks = [next(i for i, role in enumerate(order) if isinstance(s, role)) for s in stages]
     if ranks != sorted(set(ranks)) or len(ranks) != len(stages):
-        names = ", ".join(type(s).__name__ for s in stages)
+        given = ", ".join(type(s).__name__ for s in stages)
         raise ValueError(
             f"chain() takes at most one Transform, Selector and Quantizer, in that order; "
-            f"got ({names}). Example: chain(wavelet('sym2', 4), top_k(0.01), cast('fp16'))"
+            f"got ({given}). Example: chain(wavelet('sym2', 4), top_k(0.01), cast('fp16'))"
         )
     transform = next((s for s in stages if isinstance(s, Transform)), None)
     selector = next((s for s in stages if isinstance(s, Selector)), _keep_all())
@@ -204,4 +227,4 @@ def chain(*stages: Transform | Selector | Quantizer) -> Codec:
 
     names = [s.name for s in (transform, selector, quantizer) if s is not None]
     info = _combined_info([selector.info, quantizer.info])
-    return Codec(init, encode, decode, domain, info, name="+".join(names))
+    return Codec(init, encode, decode, domain, info, name="+".join(names), transform=transform)

@@ -14,7 +14,7 @@ import torch
 
 from thinwire.wire.payload import DenseSupport, SeededSupport, SeedScheme, SparseSupport, Support
 
-__all__ = ["derive_seed", "permutation", "scatter", "seeded_indices"]
+__all__ = ["block_start", "derive_seed", "permutation", "scatter", "seeded_indices"]
 
 _MASK64 = (1 << 64) - 1
 MAX_SEEDED_DOMAIN = 1 << 40
@@ -41,8 +41,8 @@ def derive_seed(seed: int, *parts: int) -> int:
     return x
 
 
-def _round_keys(seed: int, half_bits: int) -> list[tuple[int, int, int]]:
-    mask = (1 << half_bits) - 1
+def _round_keys(seed: int, width: int) -> list[tuple[int, int, int]]:
+    mask = (1 << width) - 1
     keys = []
     for r in range(_ROUNDS):
         a, b, c = (derive_seed(seed, r, j) for j in range(3))
@@ -50,36 +50,57 @@ def _round_keys(seed: int, half_bits: int) -> list[tuple[int, int, int]]:
     return keys
 
 
+def _feistel(
+    x: torch.Tensor, bits: int, keys: list[tuple[int, int, int]], width: int
+) -> torch.Tensor:
+    # Unbalanced Feistel network on `bits`-bit words. A word is (high, low) with `hi_bits`
+    # and `lo_bits` bits; a round maps it to (low, high ^ F(low)), so the two part widths
+    # swap every round and each round is a bijection whatever they are. F hashes its input
+    # with multiply / xorshift / multiply in `width` bits (products stay below 2**42) and
+    # keeps the top `hi_bits` bits of the result, which depend on every input bit.
+    hi_bits, lo_bits = bits // 2, bits - bits // 2
+    mask = (1 << width) - 1
+    shift = width // 2 + 1
+    for mul, add, mul2 in keys:
+        high, low = x >> lo_bits, x & ((1 << lo_bits) - 1)
+        f = (low * mul + add) & mask
+        f = f ^ (f >> shift)
+        f = ((f * mul2) & mask) >> (width - hi_bits)
+        x = (low << hi_bits) | (high ^ f)
+        hi_bits, lo_bits = lo_bits, hi_bits
+    return x
+
+
 def permutation(seed: int, n: int, positions: torch.Tensor) -> torch.Tensor:
     """Images of `positions` (int64 values in [0, n)) under the seeded permutation of [0, n).
 
-    A balanced Feistel network over the smallest even-bit power of two >= n, with
-    cycle-walking back into [0, n). Deterministic across devices for a given (seed, n).
+    An unbalanced Feistel network over [0, 2**b) with b = ceil(log2 n), cycle-walking back
+    into [0, n): the domain is less than twice n, so a position needs under two network
+    passes on average (a balanced network needs an even b and can waste up to 4x).
+    Deterministic across devices for a given (seed, n): int64 arithmetic only.
 
     Raises:
         ValueError: if n is not in [1, MAX_SEEDED_DOMAIN].
     """
     if not 1 <= n <= MAX_SEEDED_DOMAIN:
         raise ValueError(f"seeded permutation domain must be in [1, 2**40], got {n}")
-    half = max(1, ((n - 1).bit_length() + 1) // 2)
-    mask = (1 << half) - 1
-    keys = _round_keys(seed, half)
-
-    def feistel(x: torch.Tensor) -> torch.Tensor:
-        left, right = x >> half, x & mask
-        for mul, add, mul2 in keys:
-            f = (right * mul + add) & mask
-            f = f ^ (f >> (half // 2 + 1))
-            f = (f * mul2) & mask
-            left, right = right, left ^ f
-        return (left << half) | right
-
-    out = feistel(positions)
-    outside = out >= n
-    while bool(outside.any()):
-        out[outside] = feistel(out[outside])
-        outside = out >= n
+    bits = (n - 1).bit_length()
+    if bits == 0:
+        return torch.zeros_like(positions)
+    width = max(1, (bits + 1) // 2)
+    keys = _round_keys(seed, width)
+    out = _feistel(positions, bits, keys, width)
+    outside = (out >= n).nonzero().squeeze(1)
+    while outside.numel() > 0:
+        walked = _feistel(out[outside], bits, keys, width)
+        out[outside] = walked
+        outside = outside[walked >= n]
     return out
+
+
+def block_start(seed: int, n: int) -> int:
+    """First coordinate of a seeded random block of a domain of n: derive_seed(seed) % n."""
+    return derive_seed(seed) % n
 
 
 def seeded_indices(
@@ -93,8 +114,7 @@ def seeded_indices(
     if support.scheme == SeedScheme.RANDOM_K:
         indices = permutation(support.seed, n, steps)
     elif support.scheme == SeedScheme.RANDOM_BLOCK:
-        start = derive_seed(support.seed) % n
-        indices = (steps + start) % n
+        indices = (steps + block_start(support.seed, n)) % n
     else:
         raise ValueError(f"unknown seed scheme {support.scheme!r}")
     return torch.sort(indices).values
@@ -106,10 +126,20 @@ def scatter(support: Support, values: torch.Tensor, n: int) -> torch.Tensor:
         if values.numel() != n:
             raise ValueError(f"dense support needs {n} values, got {values.numel()}")
         return values
+    out = torch.zeros(n, dtype=values.dtype, device=values.device)
+    if isinstance(support, SeededSupport) and support.scheme == SeedScheme.RANDOM_BLOCK:
+        # A block is at most two slices: no index tensor needed.
+        k = support.count
+        if not 0 <= k <= n or values.numel() != k:
+            raise ValueError(f"random block of {k} coordinates of {n} with {values.numel()} values")
+        start = block_start(support.seed, n) if k else 0
+        wrapped = max(0, start + k - n)
+        out[:wrapped] = values[:wrapped]
+        out[start : start + k - wrapped] = values[wrapped:]
+        return out
     if isinstance(support, SparseSupport):
         indices = support.indices
     else:
         indices = seeded_indices(support, n, values.device)
-    out = torch.zeros(n, dtype=values.dtype, device=values.device)
     out[indices] = values
     return out
