@@ -1,0 +1,140 @@
+"""One set of checks over every registered codec kind (STYLE rule 20).
+
+The table below must name every kind in every registry: registering a kind without adding
+it here fails `test_table_covers_every_registered_kind`.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+from thinwire.codecs import build, kinds, with_error_feedback
+from thinwire.config import CodecConfig
+
+TOPK = {"kind": "topk", "density": 0.1}
+
+# id -> ((role, kind) exercised, codec config sections)
+TABLE: dict[str, tuple[tuple[str, str], dict]] = {
+    "transform-identity": (("transform", "identity"), {"select": TOPK}),
+    "transform-wavelet": (
+        ("transform", "wavelet"),
+        {"transform": {"kind": "wavelet", "wavelet": "sym2", "level": 3}, "select": TOPK},
+    ),
+    "select-none": (("selector", "none"), {"select": {"kind": "none"}}),
+    "select-topk": (("selector", "topk"), {"select": TOPK}),
+    "select-topk_sampled": (
+        ("selector", "topk_sampled"),
+        {"select": {"kind": "topk_sampled", "density": 0.05}},
+    ),
+    "select-random_k": (("selector", "random_k"), {"select": {"kind": "random_k", "density": 0.1}}),
+    # Unbiased random-k is contractive under feedback only for omega = n/k - 1 < 1.
+    "select-random_k-unbiased": (
+        ("selector", "random_k"),
+        {"select": {"kind": "random_k", "density": 0.75, "unbiased": True}},
+    ),
+    "select-random_block": (
+        ("selector", "random_block"),
+        {"select": {"kind": "random_block", "density": 0.1}},
+    ),
+    "select-rtopk": (("selector", "rtopk"), {"select": {"kind": "rtopk", "density": 0.05}}),
+    "select-threshold": (("selector", "threshold"), {"select": {"kind": "threshold", "lam": 1.5}}),
+    "select-adaptive": (
+        ("selector", "adaptive"),
+        {"select": {"kind": "adaptive", "density": 0.05, "min_density": 0.01}},
+    ),
+    "quantize-none": (("quantizer", "none"), {"select": TOPK, "quantize": {"kind": "none"}}),
+    "quantize-fp16": (("quantizer", "fp16"), {"quantize": {"kind": "fp16"}}),
+    "quantize-bf16": (("quantizer", "bf16"), {"quantize": {"kind": "bf16"}}),
+    # Bucketed so that omega = min(64/16^2, 8/16) < 1 (contractive under feedback).
+    "quantize-qsgd": (
+        ("quantizer", "qsgd"),
+        {"quantize": {"kind": "qsgd", "levels": 16, "bucket": 64}},
+    ),
+    "quantize-sign": (("quantizer", "sign"), {"quantize": {"kind": "sign", "bucket": 32}}),
+    "sign-top-k": (("quantizer", "sign"), {"select": TOPK, "quantize": {"kind": "sign"}}),
+    "feedback-none": (("feedback", "none"), {"select": TOPK, "error_feedback": False}),
+    "feedback-residual": (("feedback", "residual"), {"select": TOPK, "error_feedback": True}),
+    "feedback-dgc": (
+        ("feedback", "dgc"),
+        {"select": TOPK, "error_feedback": {"kind": "dgc", "momentum": 0.9}},
+    ),
+}
+
+SHAPE = (20, 50)
+
+
+def test_table_covers_every_registered_kind():
+    covered = {role_kind for role_kind, _ in TABLE.values()}
+    registered = {(role, kind) for role, names in kinds().items() for kind in names}
+    assert registered == covered, f"missing from the table: {sorted(registered - covered)}"
+
+
+def codec_for(entry: str):
+    _, sections = TABLE[entry]
+    return build(CodecConfig.model_validate(sections), seed=123)
+
+
+def tensors_of(obj) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if dataclasses.is_dataclass(obj):
+        return [t for f in dataclasses.fields(obj) for t in tensors_of(getattr(obj, f.name))]
+    return []
+
+
+def inputs(device, steps=1):
+    g = torch.Generator().manual_seed(7)
+    return [torch.randn(SHAPE, generator=g).to(device) for _ in range(steps)]
+
+
+@pytest.mark.parametrize("entry", TABLE)
+def test_decode_has_the_input_shape_float32_finite_and_device(entry, device):
+    codec = codec_for(entry)
+    (x,) = inputs(device)
+    payload, _ = codec.encode(x, codec.init(x))
+    assert payload.shape == codec.wire_shape(SHAPE)
+    assert all(t.device == x.device for t in tensors_of(payload))
+    decoded = codec.decode(payload, SHAPE)
+    assert decoded.shape == SHAPE and decoded.dtype == torch.float32
+    assert decoded.device == x.device
+    assert bool(torch.isfinite(decoded).all())
+
+
+@pytest.mark.parametrize("entry", TABLE)
+def test_encoding_twice_from_one_state_repeats_payload_and_state(
+    entry, device, same_payload, same_state
+):
+    codec = codec_for(entry)
+    (x,) = inputs(device)
+    state = codec.init(x)
+    _, state = codec.encode(x, state)  # a state with history, not just the initial one
+    first, after_first = codec.encode(x, state)
+    second, after_second = codec.encode(x, state)
+    assert same_payload(first, second)
+    assert same_state(after_first, after_second)
+
+
+@pytest.mark.parametrize("entry", TABLE)
+def test_error_feedback_residual_stays_bounded(entry, device):
+    codec = codec_for(entry)
+    if TABLE[entry][0][0] != "feedback":
+        codec = with_error_feedback(codec)
+    xs = inputs(device, steps=50)
+    state = codec.init(xs[0])
+    n = xs[0].numel()
+    info = codec.info
+    if info.lossless:
+        delta = 1.0
+    elif info.delta is not None:
+        delta = info.delta(n)
+    elif info.omega is not None and info.omega(n) < 1:
+        delta = 1.0 - info.omega(n)
+    else:
+        delta = 0.1  # absolute compressors (threshold) and casts: a generous fixed bound
+    largest = max(float(x.norm()) for x in xs)
+    for x in xs:
+        _, state = codec.encode(x, state)
+        memory = state.residual if hasattr(state, "residual") else getattr(state, "velocity", None)
+        if memory is not None:
+            assert float(memory.norm()) <= 2.0 / delta * largest
+            assert bool(torch.isfinite(memory).all())
