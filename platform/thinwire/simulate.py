@@ -62,7 +62,7 @@ def _run_star(
     )
     clients = [
         Client(index=i, experiment=experiment, x=x, y=y, workspace=workspace)
-        for i, (x, y) in enumerate(federation.client_data())
+        for i, (x, y) in enumerate(federation.all_client_data())
     ]
     channel = Channel(experiment.channel, len(clients))
     x_test, y_test = federation.test_data()

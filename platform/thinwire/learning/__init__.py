@@ -7,6 +7,8 @@
 - `train_local` / `evaluate`: index-batched local SGD on tensors already on the device,
   built from `make_optimizer`, `batch_indices` and `train_steps` for other trainers to reuse.
 - `model_state` / `flatten` / `state_delta`: the named tensors that travel, and their flat form.
+- `Workspace` / `load_federation`: one model on a device shared by a process's roles, and
+  a run's data, partitions and initial model set up from its config.
 - `learning_rate`: the per-round schedule. `resolve_device`: the config's device string.
 
 Example:
@@ -22,6 +24,7 @@ Example:
 
 from thinwire.learning.datasets import DATASETS, ClientSplit, Dataset, DatasetError, load_dataset
 from thinwire.learning.device import resolve_device
+from thinwire.learning.federation import Federation, load_federation
 from thinwire.learning.model_state import (
     ModelState,
     flatten,
@@ -34,6 +37,7 @@ from thinwire.learning.model_state import (
 from thinwire.learning.models import build_model
 from thinwire.learning.partition import client_indices, partition
 from thinwire.learning.schedule import learning_rate
+from thinwire.learning.workspace import Workspace
 from thinwire.learning.train import (
     Evaluation,
     TrainStats,
@@ -51,8 +55,10 @@ __all__ = [
     "Dataset",
     "DatasetError",
     "Evaluation",
+    "Federation",
     "ModelState",
     "TrainStats",
+    "Workspace",
     "batch_indices",
     "build_model",
     "client_indices",
@@ -60,6 +66,7 @@ __all__ = [
     "flatten",
     "learning_rate",
     "load_dataset",
+    "load_federation",
     "load_model_state",
     "local_steps_for",
     "make_optimizer",
