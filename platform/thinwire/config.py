@@ -279,7 +279,8 @@ class DirichletPartition(Section):
 
     kind: Literal["dirichlet"] = "dirichlet"
     alpha: PositiveFloat = 0.5
-    min_examples: Annotated[int, Field(ge=0)] = 2
+    min_examples: PositiveInt = 2
+    """Each client gets at least this many examples (the split is redrawn until it does)."""
 
 
 class ShardsPartition(Section):
@@ -302,6 +303,7 @@ class SyntheticData(Section):
     dim: PositiveInt = 60
     classes: Annotated[int, Field(ge=2)] = 10
     samples_per_client: PositiveInt = 200
+    """Median client size; sizes are lognormal around it (at least 10 per client)."""
 
 
 FILE_DATASETS = ("mnist", "fashion_mnist", "cifar10")
@@ -327,6 +329,11 @@ class DataConfig(Section):
             raise ValueError(f"data.root applies only to {', '.join(FILE_DATASETS)}")
         if self.synthetic is not None and self.dataset != "synthetic":
             raise ValueError("data.synthetic applies only to dataset 'synthetic'")
+        if self.dataset == "synthetic" and self.partition != IIDPartition():
+            raise ValueError(
+                "dataset 'synthetic' is generated per client (its own non-IID split); "
+                "remove data.partition"
+            )
         return self
 
 
@@ -374,6 +381,12 @@ class SGD(Section):
     momentum: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
     nesterov: bool = False
     weight_decay: NonNegativeFloat = 0.0
+
+    @model_validator(mode="after")
+    def _nesterov_needs_momentum(self) -> SGD:
+        if self.nesterov and self.momentum == 0.0:
+            raise ValueError("nesterov needs momentum > 0")
+        return self
 
 
 class Adam(Section):

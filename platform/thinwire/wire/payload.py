@@ -29,6 +29,7 @@ __all__ = [
     "TensorSpec",
     "Update",
     "Values",
+    "client_id",
 ]
 
 
@@ -169,3 +170,8 @@ class Update:
     kind: Kind
     tensors: Mapping[str, Payload]  # in the receiver's spec order
     metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+def client_id(index: int) -> str:
+    """The sender id of federated client `index` (0-based), as written into its updates."""
+    return f"client-{index}"

@@ -1,0 +1,141 @@
+"""What of a model travels: its named floating-point tensors, and their flat vector form.
+
+A `ModelState` is an ordered mapping from a tensor's `state_dict` name to a copy of that
+tensor. It holds every parameter *and* every floating-point buffer (BatchNorm's running mean
+and variance), because a receiver that averaged only the parameters would evaluate with its
+own stale statistics. Integer buffers (BatchNorm's `num_batches_tracked`) stay local: they
+count steps, only matter when a BatchNorm layer has `momentum=None` (thinwire's models keep
+the default 0.1), and a mean of counters means nothing.
+
+Per-tensor codecs encode each named tensor on its own; model-scope codecs encode
+`flatten(state)`, one vector in the same order, and `unflatten` restores the names. A delta
+(`state_delta(after, before)`) is what a client sends as a `MODEL_DELTA` update; for buffers
+it is the change of the running statistics, so averaging deltas averages the statistics.
+
+Example:
+    >>> import torch
+    >>> model = torch.nn.Linear(3, 2)
+    >>> before = model_state(model)
+    >>> list(before)
+    ['weight', 'bias']
+    >>> flatten(before).shape
+    torch.Size([8])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+from thinwire.wire.payload import TensorSpec
+
+__all__ = [
+    "ModelState",
+    "flatten",
+    "load_model_state",
+    "model_state",
+    "state_delta",
+    "tensor_specs",
+    "unflatten",
+]
+
+ModelState = dict[str, torch.Tensor]
+"""Named floating-point tensors of a model, in `state_dict` order."""
+
+
+def _travelling(model: nn.Module) -> dict[str, torch.Tensor]:
+    # keep_vars=True returns the live parameters and buffers, which load_model_state writes.
+    return {
+        name: tensor
+        for name, tensor in model.state_dict(keep_vars=True).items()
+        if torch.is_floating_point(tensor)
+    }
+
+
+def model_state(model: nn.Module) -> ModelState:
+    """Returns detached copies of the model's parameters and floating-point buffers.
+
+    The copies stay on the model's device and keep their dtypes; changing the model later
+    does not change them.
+    """
+    return {name: tensor.detach().clone() for name, tensor in _travelling(model).items()}
+
+
+def load_model_state(model: nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+    """Writes `state` into the model's parameters and floating-point buffers, in place.
+
+    Values are cast to each tensor's dtype and moved to its device. The names and shapes
+    must match the model's exactly, so a state from another architecture cannot half-load.
+
+    Raises:
+        ValueError: listing missing names, unexpected names and shape mismatches.
+    """
+    targets = _travelling(model)
+    problems = []
+    missing = [name for name in targets if name not in state]
+    unexpected = [name for name in state if name not in targets]
+    if missing:
+        problems.append(f"missing {missing}")
+    if unexpected:
+        problems.append(f"unexpected {unexpected}")
+    for name, target in targets.items():
+        if name in state and state[name].shape != target.shape:
+            problems.append(
+                f"{name}: shape {tuple(state[name].shape)}, model has {tuple(target.shape)}"
+            )
+    if problems:
+        raise ValueError(f"model state does not fit the model: {'; '.join(problems)}")
+    with torch.no_grad():
+        for name, target in targets.items():
+            target.copy_(state[name])
+
+
+def flatten(state: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """Concatenates the tensors of `state`, in order, into one 1-D tensor on their device."""
+    if not state:
+        raise ValueError("cannot flatten an empty model state")
+    return torch.cat([tensor.reshape(-1) for tensor in state.values()])
+
+
+def unflatten(vector: torch.Tensor, like: Mapping[str, torch.Tensor]) -> ModelState:
+    """Splits a flat vector back into tensors named and shaped as `like` (views of `vector`).
+
+    Raises:
+        ValueError: `vector` is not 1-D or its length differs from the total size of `like`.
+    """
+    sizes = [tensor.numel() for tensor in like.values()]
+    if vector.dim() != 1 or vector.numel() != sum(sizes):
+        raise ValueError(
+            f"expected a 1-D vector of {sum(sizes)} values for {len(sizes)} tensors, "
+            f"got shape {tuple(vector.shape)}"
+        )
+    pieces = torch.split(vector, sizes)
+    return {
+        name: piece.view(tensor.shape)
+        for (name, tensor), piece in zip(like.items(), pieces, strict=True)
+    }
+
+
+def state_delta(
+    after: Mapping[str, torch.Tensor], before: Mapping[str, torch.Tensor]
+) -> ModelState:
+    """Returns `after - before` per name (what a client sends as its model delta).
+
+    Raises:
+        ValueError: the two states do not have the same names in the same order and shapes.
+    """
+    if list(after) != list(before):
+        raise ValueError(f"states name different tensors: {list(after)} vs {list(before)}")
+    delta: ModelState = {}
+    for name, tensor in after.items():
+        if tensor.shape != before[name].shape:
+            raise ValueError(f"{name}: shape {tuple(tensor.shape)} vs {tuple(before[name].shape)}")
+        delta[name] = tensor - before[name]
+    return delta
+
+
+def tensor_specs(state: Mapping[str, torch.Tensor]) -> tuple[TensorSpec, ...]:
+    """Returns the wire specs (name and shape per tensor) a receiver validates updates against."""
+    return tuple(TensorSpec(name, tuple(tensor.shape)) for name, tensor in state.items())

@@ -1,0 +1,267 @@
+"""Round records, the run folder, the live progress display, and plots.
+
+Every runtime reports one *round record* per round: a flat mapping of metric names to
+numbers. The core keys below are always present; a runtime or policy adds its own (e.g.
+`censored`, `epsilon`, `consensus_distance`). A `RunRecorder` writes them to the run folder:
+
+    runs/<name>-<YYYYmmdd-HHMMSS>/
+        config.yaml     the resolved experiment
+        metrics.jsonl   one JSON record per round, appended as rounds finish
+        metrics.csv     the same table, written when the run closes
+        summary.json    final and best accuracy, totals
+        curves.png      accuracy against rounds and against cumulative uplink bytes
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+from thinwire.config import Experiment
+
+__all__ = [
+    "CORE_KEYS",
+    "Record",
+    "RoundProgress",
+    "RunRecorder",
+    "compare_runs",
+    "format_bytes",
+    "load_records",
+    "plot_comparison",
+    "plot_run",
+    "summarize",
+]
+
+Record = dict[str, float | int]
+
+CORE_KEYS = (
+    "round",  # 1-based round number
+    "accuracy",  # test accuracy of the global (or average) model, NaN when not evaluated
+    "loss",  # test loss, NaN when not evaluated
+    "train_loss",  # mean local training loss of the round's senders
+    "bytes_up",  # serialized update bytes that crossed the uplink this round
+    "bytes_down",  # serialized bytes sent down this round (all recipients)
+    "cum_bytes_up",
+    "cum_bytes_down",
+    "updates_sent",  # updates that were sent (not censored / silent)
+    "sim_time_s",  # simulated network time of the round (channel model)
+    "compute_s",  # measured compute time of the round (slowest participant)
+    "wall_s",  # measured wall-clock time of the round
+)
+
+
+def format_bytes(n: float) -> str:
+    """Human-readable byte count (decimal units, as link speeds are)."""
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def _new_run_dir(output: Path, name: str) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = output / f"{name}-{stamp}"
+    suffix = 1
+    while path.exists():
+        suffix += 1
+        path = output / f"{name}-{stamp}-{suffix}"
+    path.mkdir(parents=True)
+    return path
+
+
+def summarize(records: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Final and best accuracy and totals of a run's records."""
+    if not records:
+        return {}
+    evaluated = [r for r in records if not math.isnan(float(r.get("accuracy", math.nan)))]
+    last = records[-1]
+    summary = {
+        "rounds": float(last["round"]),
+        "final_accuracy": float(evaluated[-1]["accuracy"]) if evaluated else math.nan,
+        "best_accuracy": max((float(r["accuracy"]) for r in evaluated), default=math.nan),
+        "final_loss": float(evaluated[-1]["loss"]) if evaluated else math.nan,
+        "total_bytes_up": float(last["cum_bytes_up"]),
+        "total_bytes_down": float(last["cum_bytes_down"]),
+        "updates_sent": float(sum(r["updates_sent"] for r in records)),
+        "sim_time_s": float(sum(r["sim_time_s"] for r in records)),
+        "wall_s": float(sum(r["wall_s"] for r in records)),
+    }
+    for key in sorted(set().union(*records) - set(CORE_KEYS)):
+        values = [float(r[key]) for r in records if key in r]
+        summary[f"last_{key}"] = values[-1]
+    return summary
+
+
+class RunRecorder:
+    """Writes a run folder: the resolved config up front, then records as rounds finish."""
+
+    def __init__(self, experiment: Experiment, *, run_dir: Path | None = None) -> None:
+        self.experiment = experiment
+        self.dir = run_dir or _new_run_dir(Path(experiment.output), experiment.name)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.records: list[Record] = []
+        config = experiment.model_dump(mode="json")
+        (self.dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        self._jsonl = (self.dir / "metrics.jsonl").open("w")
+
+    def add(self, record: Mapping[str, float | int]) -> None:
+        """Appends one round's record (flushed at once, so a crash keeps finished rounds)."""
+        missing = [k for k in CORE_KEYS if k not in record]
+        if missing:
+            raise ValueError(f"round record lacks {missing}")
+        self.records.append(dict(record))
+        self._jsonl.write(json.dumps(record, allow_nan=True) + "\n")
+        self._jsonl.flush()
+
+    def close(self) -> dict[str, float]:
+        """Writes the CSV, the summary and the plot; returns the summary."""
+        self._jsonl.close()
+        keys = list(CORE_KEYS) + sorted(set().union(*self.records) - set(CORE_KEYS))
+        with (self.dir / "metrics.csv").open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=keys)
+            writer.writeheader()
+            writer.writerows(self.records)
+        summary = summarize(self.records)
+        (self.dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=True))
+        if self.records:
+            plot_run(self.records, self.dir / "curves.png", title=self.experiment.name)
+        return summary
+
+    def __enter__(self) -> RunRecorder:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if not self._jsonl.closed:
+            self.close()
+
+
+def load_records(run_dir: str | Path) -> list[Record]:
+    """The records of a run folder (from metrics.jsonl)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir} is not a thinwire run folder (no metrics.jsonl)")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _series(records: Sequence[Mapping[str, float]], x_key: str) -> tuple[list[float], list[float]]:
+    pairs = [
+        (float(r[x_key]), float(r["accuracy"]))
+        for r in records
+        if not math.isnan(float(r.get("accuracy", math.nan)))
+    ]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def plot_comparison(
+    runs: Mapping[str, Sequence[Mapping[str, float]]], path: Path, *, title: str = ""
+) -> None:
+    """Accuracy against rounds and against cumulative uplink bytes (log scale), per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (by_round, by_bytes) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for label, records in runs.items():
+        by_round.plot(*_series(records, "round"), label=label, marker=".", markersize=3)
+        xs, ys = _series(records, "cum_bytes_up")
+        if any(x > 0 for x in xs):
+            by_bytes.plot(xs, ys, label=label, marker=".", markersize=3)
+    by_round.set_xlabel("round")
+    by_bytes.set_xlabel("cumulative uplink bytes")
+    by_bytes.set_xscale("log")
+    for ax in (by_round, by_bytes):
+        ax.set_ylabel("test accuracy")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_run(records: Sequence[Mapping[str, float]], path: Path, *, title: str = "") -> None:
+    """The two accuracy curves of one run."""
+    plot_comparison({title or "run": records}, path, title=title)
+
+
+def compare_runs(
+    run_dirs: Iterable[str | Path],
+) -> tuple[dict[str, list[Record]], list[dict[str, Any]]]:
+    """Loads several run folders; returns their records by name and one summary row each."""
+    runs: dict[str, list[Record]] = {}
+    rows: list[dict[str, Any]] = []
+    for run_dir in run_dirs:
+        name = Path(run_dir).name
+        records = load_records(run_dir)
+        runs[name] = records
+        rows.append({"run": name, **summarize(records)})
+    return runs, rows
+
+
+class RoundProgress:
+    """A rich progress bar showing the live round, accuracy, loss and cumulative bytes.
+
+    Pass `enabled=False` (or a non-terminal console) for quiet runs; `update` is then cheap.
+    """
+
+    def __init__(self, total_rounds: int, *, description: str, enabled: bool = True) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.enabled = enabled
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[status]}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            disable=not enabled,
+            transient=False,
+        )
+        self._task = self._progress.add_task(description, total=total_rounds, status="")
+
+    def update(self, record: Mapping[str, float]) -> None:
+        """Advances to the record's round and shows its numbers."""
+        acc = float(record.get("accuracy", math.nan))
+        status = (
+            f"acc {acc:6.2%}  loss {float(record.get('loss', math.nan)):.3f}  "
+            f"up {format_bytes(float(record['cum_bytes_up']))}"
+            if not math.isnan(acc)
+            else f"up {format_bytes(float(record['cum_bytes_up']))}"
+        )
+        self._progress.update(self._task, completed=int(record["round"]), status=status)
+
+    def __enter__(self) -> RoundProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._progress.stop()

@@ -1,0 +1,114 @@
+"""The in-process runtime: every role in one process, every byte really serialized.
+
+`simulate(experiment)` runs the star (a `thinwire.server.Aggregator` and one
+`thinwire.clients.Client` per client) round by round. Messages between them are the exact
+bytes the network runtimes send: the server's downlink is encoded and each client decodes it
+with validation, each update is encoded and the server decodes it with validation. Byte
+counts are therefore `len()` of real messages, and a `Channel` turns them into simulated
+network time.
+
+All clients share one model workspace (one `nn.Module` on the run's device); a client keeps
+only its data indices and its `ClientState`, so memory grows with the state each method
+needs (a residual per client for error feedback) and not with model copies.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+
+from thinwire.channel import Channel
+from thinwire.clients import Client
+from thinwire.config import Experiment
+from thinwire.learning import Federation, load_federation
+from thinwire.metrics import Record
+from thinwire.server import Aggregator, sample_clients
+
+__all__ = ["SimulationResult", "simulate"]
+
+
+class SimulationResult(NamedTuple):
+    """A finished simulated run."""
+
+    records: list[Record]
+    model: dict[str, torch.Tensor]  # the final global model
+
+
+def simulate(
+    experiment: Experiment, *, on_round: Callable[[Record], None] | None = None
+) -> SimulationResult:
+    """Runs `experiment` in this process and returns its round records and final model.
+
+    Args:
+        experiment: a validated experiment (see `thinwire.config.load_config`).
+        on_round: called with each round's record as soon as the round ends.
+    """
+    federation = load_federation(experiment)
+    return _run_star(experiment, federation, on_round)
+
+
+def _run_star(
+    experiment: Experiment,
+    federation: Federation,
+    on_round: Callable[[Record], None] | None,
+) -> SimulationResult:
+    workspace = federation.workspace
+    aggregator = Aggregator(
+        experiment=experiment, workspace=workspace, initial=workspace.tensors()
+    )
+    clients = [
+        Client(index=i, experiment=experiment, x=x, y=y, workspace=workspace)
+        for i, (x, y) in enumerate(federation.all_client_data())
+    ]
+    channel = Channel(experiment.channel, len(clients))
+    x_test, y_test = federation.test_data()
+    outcomes: dict[int, bool] = {}
+    records: list[Record] = []
+    cum_up = cum_down = 0
+    rounds = experiment.train.rounds
+    for round in range(1, rounds + 1):
+        start = time.perf_counter()
+        participants = sample_clients(experiment, round)
+        downlink = aggregator.broadcast(round, participants)
+        up: dict[int, int] = {}
+        losses: list[float] = []
+        compute = 0.0
+        for c in participants:
+            result = clients[c].train_round(downlink[c], round, delivered=outcomes.pop(c, None))
+            compute = max(compute, result.compute_s)
+            losses.append(result.train_loss)
+            if result.data is not None:
+                up[c] = len(result.data)
+                aggregator.receive(c, result.data)
+        outcome = aggregator.finish_round()
+        outcomes.update(outcome.delivered)
+
+        down = {c: len(downlink[c]) for c in participants}
+        cum_up += sum(up.values())
+        cum_down += sum(down.values())
+        evaluated = round % experiment.train.eval_every == 0 or round == rounds
+        evaluation = aggregator.evaluate(x_test, y_test) if evaluated else None
+        record: Record = {
+            "round": round,
+            "accuracy": evaluation.accuracy if evaluation else math.nan,
+            "loss": evaluation.loss if evaluation else math.nan,
+            "train_loss": sum(losses) / len(losses),
+            "bytes_up": sum(up.values()),
+            "bytes_down": sum(down.values()),
+            "cum_bytes_up": cum_up,
+            "cum_bytes_down": cum_down,
+            "updates_sent": len(up),
+            "sim_time_s": channel.round_s(down, up),
+            "compute_s": compute,
+            "wall_s": time.perf_counter() - start,
+            "participants": len(participants),
+            "rejected": len(outcome.rejected),
+        }
+        records.append(record)
+        if on_round is not None:
+            on_round(record)
+    return SimulationResult(records, aggregator.model)

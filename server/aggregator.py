@@ -1,0 +1,192 @@
+"""The federated server's round logic: broadcast, validate and decode updates, average, step.
+
+Like `Client`, the `Aggregator` only sees bytes: `broadcast` returns the downlink message for
+each recipient, `receive` takes an update exactly as it arrived (untrusted), and
+`finish_round` applies the server step. The simulator and the Flower ServerApp drive it the
+same way, so both produce the same model.
+
+Downlink: without a downlink codec every recipient gets the full model (fp32). With one, the
+server keeps a *public copy* x_pub of the model that clients also hold; each round it sends
+C(x - x_pub) and both ends add its decoded value to x_pub (what C dropped stays in
+x - x_pub, so nothing is lost: this is error feedback on the downlink). A client that missed
+a round no longer holds x_pub and gets the full public copy instead, counted in bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+import torch
+
+from thinwire.codecs.model import ModelCodec
+from thinwire.codecs.support import derive_seed
+from thinwire.config import Experiment
+from thinwire.learning import Evaluation, Workspace, evaluate
+from thinwire.wire import Kind, Update, WireError, client_id, decode, encode
+
+__all__ = ["Aggregator", "AggregatorState", "Receipt", "RoundResult"]
+
+logger = logging.getLogger(__name__)
+
+MAX_EXAMPLES = 2**40
+"""Largest example count a client may claim (weights are clipped to nothing larger)."""
+
+
+class Receipt(NamedTuple):
+    """The server's verdict on one arriving update."""
+
+    accepted: bool
+    error: str | None = None
+
+
+class RoundResult(NamedTuple):
+    """What a round did at the server."""
+
+    round: int
+    accepted: list[int]  # clients whose update went into the average
+    rejected: dict[int, str]  # client -> why its update was refused
+    delivered: dict[int, bool]  # for every client that sent: did its update count
+
+
+class AggregatorState(NamedTuple):
+    """Everything the server needs to resume a run (checkpoints)."""
+
+    round: int  # last finished round
+    model: dict[str, torch.Tensor]  # the global model, float32
+    momentum: dict[str, torch.Tensor]  # server momentum buffer ({} without momentum)
+    public: dict[str, torch.Tensor]  # downlink public copy ({} without a downlink codec)
+    downlink: dict[str, Any]  # downlink codec state ({} without a downlink codec)
+    received: dict[str, int]  # client index (as str) -> last round it got the downlink
+
+
+class Aggregator:
+    """The server of the star; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        experiment: Experiment,
+        workspace: Workspace,
+        initial: Mapping[str, torch.Tensor],
+    ) -> None:
+        self.experiment = experiment
+        self.workspace = workspace
+        self.uplink = ModelCodec(experiment.codec, workspace.spec, seed=0)
+        self.dense = ModelCodec.dense(workspace.spec)
+        self.downlink = (
+            ModelCodec(experiment.downlink, workspace.spec, seed=derive_seed(experiment.seed, 0))
+            if experiment.downlink is not None
+            else None
+        )
+        model = {k: v.detach().clone().float() for k, v in initial.items()}
+        self.state = AggregatorState(
+            round=0,
+            model=model,
+            momentum={},
+            public={k: v.clone() for k, v in model.items()} if self.downlink else {},
+            downlink=self.downlink.init(model) if self.downlink else {},
+            received={},
+        )
+        self._round = 0
+        self._recipients: set[int] = set()
+        self._sum: dict[str, torch.Tensor] = {}
+        self._weight = 0.0
+        self._accepted: list[int] = []
+        self._rejected: dict[int, str] = {}
+
+    @property
+    def model(self) -> dict[str, torch.Tensor]:
+        """The current global model."""
+        return self.state.model
+
+    def broadcast(self, round: int, recipients: Iterable[int]) -> dict[int, bytes]:
+        """Opens `round` and returns the serialized downlink message for each recipient."""
+        if round != self.state.round + 1:
+            raise ValueError(f"round {round} cannot follow round {self.state.round}")
+        self._round = round
+        self._recipients = set(recipients)
+        self._sum, self._weight, self._accepted, self._rejected = {}, 0.0, [], {}
+        state = self.state
+        received = dict(state.received)
+        if self.downlink is None:
+            full = self._full_model(round, state.model)
+            out = dict.fromkeys(self._recipients, full)
+        else:
+            # Advance the public copy by the compressed difference; stale clients get it whole.
+            payloads, codec_state = self.downlink.encode(
+                {k: state.model[k] - state.public[k] for k in state.model}, state.downlink
+            )
+            step = self.downlink.decode(payloads, self.workspace.device)
+            public = {k: state.public[k] + step[k] for k in state.public}
+            delta = encode(Update("server", round, Kind.MODEL_DELTA, payloads))
+            full = self._full_model(round, public)
+            out = {
+                c: delta if received.get(str(c)) == round - 1 else full for c in self._recipients
+            }
+            self.state = state._replace(public=public, downlink=codec_state)
+        for c in self._recipients:
+            received[str(c)] = round
+        self.state = self.state._replace(received=received)
+        return out
+
+    def _full_model(self, round: int, model: Mapping[str, torch.Tensor]) -> bytes:
+        payloads, _ = self.dense.encode(model, self.dense.init(model))
+        return encode(Update("server", round, Kind.MODEL, payloads))
+
+    def receive(self, client: int, data: bytes) -> Receipt:
+        """Validates, decodes and accumulates one client's update; never raises on bad input."""
+        try:
+            self._accumulate(client, data)
+        except WireError as exc:
+            self._rejected[client] = str(exc)
+            logger.warning("round %d: rejected update from %s: %s", self._round, client, exc)
+            return Receipt(False, str(exc))
+        self._accepted.append(client)
+        return Receipt(True)
+
+    def _accumulate(self, client: int, data: bytes) -> None:
+        if client not in self._recipients:
+            raise WireError(f"{client_id(client)} was not asked for an update in this round")
+        if client in self._accepted or client in self._rejected:
+            raise WireError(f"{client_id(client)} already sent an update this round")
+        update = decode(data, self.uplink.wire_spec, kind=Kind.MODEL_DELTA)
+        if update.sender != client_id(client):
+            raise WireError(f"sender {update.sender!r} does not match {client_id(client)!r}")
+        if update.round != self._round:
+            raise WireError(f"update is for round {update.round}, expected {self._round}")
+        examples = update.metrics.get("num_examples", math.nan)
+        if not 1 <= examples <= MAX_EXAMPLES:
+            raise WireError(f"metric num_examples must be in [1, 2**40], got {examples}")
+        delta = self.uplink.decode(update.tensors, self.workspace.device)
+        for k, v in delta.items():
+            weighted = v * examples
+            self._sum[k] = self._sum[k] + weighted if k in self._sum else weighted
+        self._weight += examples
+
+    def finish_round(self) -> RoundResult:
+        """Averages the accepted updates (weighted by examples) and applies the server step."""
+        state = self.state
+        model, momentum = state.model, state.momentum
+        if self._weight > 0:
+            server = self.experiment.train.server
+            average = {k: v / self._weight for k, v in self._sum.items()}
+            if server.momentum > 0:
+                momentum = {
+                    k: server.momentum * momentum[k] + average[k] if k in momentum else average[k]
+                    for k in average
+                }
+                average = momentum
+            model = {k: model[k] + server.lr * average[k] for k in model}
+        delivered = {c: True for c in self._accepted} | {c: False for c in self._rejected}
+        self.state = state._replace(round=self._round, model=model, momentum=momentum)
+        result = RoundResult(self._round, list(self._accepted), dict(self._rejected), delivered)
+        self._sum, self._weight = {}, 0.0
+        return result
+
+    def evaluate(self, x: torch.Tensor, y: torch.Tensor) -> Evaluation:
+        """Test loss and accuracy of the global model."""
+        self.workspace.load(self.state.model)
+        return evaluate(self.workspace.model, x, y)

@@ -1,0 +1,26 @@
+"""Which clients take part in a round (partial participation), identically in every runtime."""
+
+from __future__ import annotations
+
+import torch
+
+from thinwire.codecs.support import derive_seed
+from thinwire.config import Experiment
+
+__all__ = ["sample_clients"]
+
+_SAMPLING_SEED = 4
+
+
+def sample_clients(experiment: Experiment, round: int) -> list[int]:
+    """The sorted client indices selected for `round` (1-based).
+
+    max(1, floor(participation * clients)) clients, drawn without replacement from a
+    generator seeded by (experiment seed, round), as in FedAvg's C-fraction sampling.
+    """
+    clients = experiment.data.clients
+    count = max(1, int(experiment.train.participation * clients))
+    if count >= clients:
+        return list(range(clients))
+    generator = torch.Generator().manual_seed(derive_seed(experiment.seed, _SAMPLING_SEED, round))
+    return sorted(torch.randperm(clients, generator=generator)[:count].tolist())

@@ -1,0 +1,67 @@
+import typing
+
+import pytest
+import torch
+from sklearn.datasets import load_digits
+from thinwire.config import ConfigError, DataConfig, parse_config
+from thinwire.learning import DATASETS, Dataset, DatasetError, load_dataset
+
+
+def test_every_configurable_dataset_has_a_loader():
+    names = typing.get_args(DataConfig.model_fields["dataset"].annotation)
+    assert set(DATASETS) == set(names)
+
+
+def test_digits_are_8x8_images_in_the_unit_interval():
+    data = load_dataset(DataConfig(dataset="digits"), seed=0)
+    assert isinstance(data, Dataset)
+    assert (data.name, data.input_shape, data.num_classes, data.natural) == (
+        "digits",
+        (1, 8, 8),
+        10,
+        None,
+    )
+    assert data.x_train.dtype == torch.float32 and data.y_train.dtype == torch.int64
+    assert data.x_train.shape[1:] == (1, 8, 8) and data.x_test.shape[1:] == (1, 8, 8)
+    assert len(data.y_train) + len(data.y_test) == 1797
+    assert data.x_train.min() == 0.0 and data.x_train.max() == 1.0
+
+
+def test_digits_split_is_stratified_by_test_fraction():
+    data = load_dataset(DataConfig(dataset="digits", test_fraction=0.25), seed=0)
+    total = torch.bincount(torch.cat([data.y_train, data.y_test]), minlength=10)
+    test = torch.bincount(data.y_test, minlength=10)
+    assert torch.all((test - 0.25 * total).abs() <= 0.5)
+
+
+def test_digits_split_is_seeded():
+    first = load_dataset(DataConfig(dataset="digits"), seed=1)
+    again = load_dataset(DataConfig(dataset="digits"), seed=1)
+    other = load_dataset(DataConfig(dataset="digits"), seed=2)
+    assert torch.equal(first.x_test, again.x_test)
+    assert not torch.equal(first.x_test, other.x_test)
+    # train and test are disjoint: together they hold every image exactly once
+    images = torch.from_numpy(load_digits().images).float().div(16.0).flatten(1)
+    pooled = torch.cat([first.x_train, first.x_test]).flatten(1)
+    expected_rows, expected_counts = torch.unique(images, dim=0, return_counts=True)
+    rows, counts = torch.unique(pooled, dim=0, return_counts=True)
+    assert torch.equal(rows, expected_rows) and torch.equal(counts, expected_counts)
+
+
+def test_to_moves_every_tensor():
+    data = load_dataset(DataConfig(dataset="synthetic", clients=3), seed=0).to("meta")
+    assert data.x_train.is_meta and data.y_test.is_meta
+    assert all(t.is_meta for t in data.natural.train + data.natural.test)
+
+
+def test_synthetic_data_cannot_be_repartitioned():
+    with pytest.raises(ConfigError, match="'synthetic' is generated per client"):
+        parse_config(
+            {"name": "x", "data": {"dataset": "synthetic", "partition": {"kind": "shards"}}}
+        )
+
+
+@pytest.mark.parametrize("dataset", ["mnist", "fashion_mnist", "cifar10"])
+def test_a_root_that_is_not_a_folder_is_named(tmp_path, dataset):
+    with pytest.raises(DatasetError, match=r"data.root .*nowhere is not a folder"):
+        load_dataset(DataConfig(dataset=dataset, root=tmp_path / "nowhere"), seed=0)
