@@ -24,6 +24,7 @@ from thinwire.wire.payload import Payload
 MODULES = [
     "thinwire.codecs",
     "thinwire.codecs.base",
+    "thinwire.codecs.bounds",
     "thinwire.codecs.feedback",
     "thinwire.codecs.quantize",
     "thinwire.codecs.registry",

@@ -22,6 +22,7 @@ from thinwire.codecs.base import (
     Transform,
     chain,
 )
+from thinwire.codecs.bounds import information_bits
 from thinwire.codecs.feedback import DGCState, ErrorFeedbackState, with_dgc, with_error_feedback
 from thinwire.codecs.quantize import QSGDState, cast, qsgd, scaled_sign
 from thinwire.codecs.registry import (
@@ -64,6 +65,7 @@ __all__ = [
     "cast",
     "chain",
     "derive_seed",
+    "information_bits",
     "kinds",
     "qsgd",
     "random_block",

@@ -1,0 +1,258 @@
+"""Codec benchmark: time, bytes on the wire and error of every codec at 1M and 25M floats.
+
+For each codec, size and density: encode + wire serialization + wire parsing + decode,
+timed as the median of `--repeats` runs after one warm-up, next to a same-process
+`torch.clone` of the same tensor; the bytes `thinwire.wire.encode` produces against the
+information bound (log2 C(n, k) bits for an index set, 64 for a seed, plus the values'
+bits: their dtype for floats, the empirical entropy of QSGD levels, one bit per sign, 32
+per norm or scale); and the relative error ||x - x_hat|| / ||x||.
+
+    python benchmarks/codecs.py                      # 1M and 25M on CPU (and CUDA if present)
+    python benchmarks/codecs.py --quick              # a smoke test on small sizes
+    python benchmarks/codecs.py --sizes 1M --device cuda --json out.json
+
+The input is standard normal float32 (seeded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+from rich.console import Console
+from rich.table import Table
+from thinwire.codecs import (
+    Codec,
+    cast,
+    chain,
+    qsgd,
+    random_block,
+    random_k,
+    rtop_k,
+    sampled_top_k,
+    scaled_sign,
+    threshold,
+    top_k,
+)
+from thinwire.codecs.bounds import information_bits
+from thinwire.codecs.selection import count_for
+from thinwire.wire.payload import Kind, TensorSpec, Update
+
+try:
+    from thinwire.wire import decode as wire_decode
+    from thinwire.wire import encode as wire_encode
+except ImportError:  # the wire format lives on another branch until it is merged
+    wire_encode = wire_decode = None
+
+DENSITIES = (0.01, 0.001)
+
+
+@dataclass
+class Row:
+    codec: str
+    device: str
+    n: int
+    density: float | None
+    encode_s: float
+    wire_s: float | None  # serialize + parse
+    decode_s: float
+    total_s: float
+    clone_s: float
+    throughput_gbs: float  # input bytes / total time
+    wire_bytes: int | None
+    bound_bytes: float
+    over_bound: float | None
+    rel_error: float
+
+
+def _codecs(x: torch.Tensor) -> list[tuple[str, float | None, Codec]]:
+    # (name, density or None, codec) for every configuration the benchmark runs.
+    n = x.numel()
+    out: list[tuple[str, float | None, Codec]] = []
+    sparse: dict[str, Callable[[float], Codec]] = {
+        "top-k (exact)": lambda d: chain(top_k(d)),
+        "top-k (sampled)": lambda d: chain(sampled_top_k(d)),
+        "random-k": lambda d: chain(random_k(d, seed=1)),
+        "random block": lambda d: chain(random_block(d, seed=2)),
+        "rtop-k (r=4k)": lambda d: chain(rtop_k(d, 4.0, seed=3)),
+        "threshold": lambda d: chain(threshold(_threshold_for(x, count_for(d, n)))),
+        "sign-top-k": lambda d: chain(sampled_top_k(d), scaled_sign()),
+    }
+    for name, make in sparse.items():
+        for density in DENSITIES:
+            out.append((name, density, make(density)))
+    out.append(("qsgd s=4 b=512", None, chain(qsgd(4, 512, seed=4))))
+    out.append(("qsgd s=127 b=8192", None, chain(qsgd(127, 8192, seed=5))))
+    out.append(("scaled sign", None, chain(scaled_sign())))
+    out.append(("fp16", None, chain(cast("fp16"))))
+    return out
+
+
+def _threshold_for(x: torch.Tensor, k: int) -> float:
+    # The k-th largest magnitude: a hard threshold that keeps about k coordinates.
+    return float(torch.topk(x.abs(), k, sorted=False).values.min())
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _median_time(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure(
+    name: str, density: float | None, codec: Codec, x: torch.Tensor, repeats: int, clone_s: float
+) -> Row:
+    """Times one codec on x and reports its bytes and error."""
+    device, shape = x.device, tuple(x.shape)
+    state = codec.init(x)
+    spec = [TensorSpec("x", codec.wire_shape(shape))]
+    encode_times, wire_times, decode_times = [], [], []
+    payload = codec.encode(x, state)[0]
+    data = None
+    for i in range(repeats + 1):
+        _sync(device)
+        t0 = time.perf_counter()
+        payload, _ = codec.encode(x, state)
+        _sync(device)
+        t1 = time.perf_counter()
+        received = payload
+        if wire_encode is not None and wire_decode is not None:
+            data = wire_encode(Update("bench", 0, Kind.MODEL_DELTA, {"x": payload}))
+            received = wire_decode(data, spec).tensors["x"].to(device)
+        _sync(device)
+        t2 = time.perf_counter()
+        x_hat = codec.decode(received, shape)
+        _sync(device)
+        t3 = time.perf_counter()
+        if i:  # the first run is the warm-up
+            encode_times.append(t1 - t0)
+            wire_times.append(t2 - t1)
+            decode_times.append(t3 - t2)
+    encode_s, decode_s = statistics.median(encode_times), statistics.median(decode_times)
+    wire_s = statistics.median(wire_times) if data is not None else None
+    total = encode_s + decode_s + (wire_s or 0.0)
+    bound_bytes = information_bits(payload) / 8
+    wire_bytes = len(data) if data is not None else None
+    error = float(torch.linalg.vector_norm(x - x_hat) / torch.linalg.vector_norm(x))
+    return Row(
+        codec=name,
+        device=str(device),
+        n=x.numel(),
+        density=density,
+        encode_s=encode_s,
+        wire_s=wire_s,
+        decode_s=decode_s,
+        total_s=total,
+        clone_s=clone_s,
+        throughput_gbs=x.numel() * 4 / total / 1e9,
+        wire_bytes=wire_bytes,
+        bound_bytes=bound_bytes,
+        over_bound=wire_bytes / bound_bytes if wire_bytes is not None else None,
+        rel_error=error,
+    )
+
+
+def _size(text: str) -> int:
+    scale = {"k": 10**3, "m": 10**6}.get(text[-1].lower(), 1)
+    return int(float(text[:-1] if scale > 1 else text) * scale)
+
+
+def _devices(choice: str) -> list[torch.device]:
+    if choice == "auto":
+        return [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    return [torch.device(choice)]
+
+
+def _table(rows: list[Row]) -> Table:
+    table = Table(title="thinwire codecs: encode + wire + decode")
+    for column in (
+        "codec",
+        "device",
+        "n",
+        "density",
+        "encode s",
+        "wire s",
+        "decode s",
+        "total s",
+        "x clone",
+        "GB/s",
+        "wire bytes",
+        "x bound",
+        "rel err",
+    ):
+        table.add_column(column, justify="left" if column in ("codec", "device") else "right")
+    for r in rows:
+        table.add_row(
+            r.codec,
+            r.device,
+            f"{r.n:,}",
+            f"{r.density:g}" if r.density is not None else "-",
+            f"{r.encode_s:.4f}",
+            f"{r.wire_s:.4f}" if r.wire_s is not None else "n/a",
+            f"{r.decode_s:.4f}",
+            f"{r.total_s:.4f}",
+            f"{r.total_s / r.clone_s:.1f}",
+            f"{r.throughput_gbs:.2f}",
+            f"{r.wire_bytes:,}" if r.wire_bytes is not None else "n/a",
+            f"{r.over_bound:.3f}" if r.over_bound is not None else "n/a",
+            f"{r.rel_error:.3f}",
+        )
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1M,25M", help="comma-separated, e.g. 1M,25M")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:<i>")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs after a warm-up")
+    parser.add_argument("--quick", action="store_true", help="small sizes, 2 repeats")
+    parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument("--only", help="run only codecs whose name contains this text")
+    args = parser.parse_args()
+    sizes = [10_000, 100_000] if args.quick else [_size(s) for s in args.sizes.split(",")]
+    repeats = 2 if args.quick else args.repeats
+    console = Console(width=180)
+    if wire_encode is None:
+        console.print("[yellow]thinwire.wire.encode is not available: wire columns are n/a")
+    rows: list[Row] = []
+    for device in _devices(args.device):
+        for n in sizes:
+            x = torch.randn(n, generator=torch.Generator().manual_seed(0)).to(device)
+            clone_s = _median_time(lambda x=x: x.clone(), device, max(repeats, 5))
+            for name, density, codec in _codecs(x):
+                if args.only and args.only not in name:
+                    continue
+                row = measure(name, density, codec, x, repeats, clone_s)
+                rows.append(row)
+                console.log(f"{name} {device} n={n:,} density={density}: {row.total_s:.4f} s")
+    console.print(_table(rows))
+    if args.json:
+        meta = {
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "machine": platform.processor() or platform.machine(),
+            "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        }
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "rows": [asdict(r) for r in rows]}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
