@@ -39,6 +39,7 @@ from thinwire.codecs import (
     scaled_sign,
     threshold,
     top_k,
+    wavelet,
 )
 from thinwire.codecs.bounds import information_bits
 from thinwire.codecs.selection import count_for
@@ -83,6 +84,7 @@ def _codecs(x: torch.Tensor) -> list[tuple[str, float | None, Codec]]:
         "rtop-k (r=4k)": lambda d: chain(rtop_k(d, 4.0, seed=3)),
         "threshold": lambda d: chain(threshold(_threshold_for(x, count_for(d, n)))),
         "sign-top-k": lambda d: chain(sampled_top_k(d), scaled_sign()),
+        "wavelet+top-k": lambda d: chain(wavelet("sym2", 4), sampled_top_k(d)),
     }
     for name, make in sparse.items():
         for density in DENSITIES:

@@ -138,3 +138,28 @@ def test_error_feedback_residual_stays_bounded(entry, device):
         if memory is not None:
             assert float(memory.norm()) <= 2.0 / delta * largest
             assert bool(torch.isfinite(memory).all())
+
+
+@pytest.mark.parametrize("entry", TABLE)
+def test_error_is_within_the_stated_bound(entry, device):
+    # Lossless codecs round-trip exactly; lossy ones meet their delta or omega claim (in
+    # the mean over draws for random codecs; exactly per call for deterministic ones).
+    codec = codec_for(entry)
+    x = inputs(device)[0] * torch.linspace(0.1, 3.0, SHAPE[1], device=device)
+    info, energy, n = codec.info, float(x.square().sum()), x.numel()
+    # A feedback wrapper compresses x + e: restart it each draw so it compresses x itself.
+    restart = TABLE[entry][0][0] == "feedback"
+    state = codec.init(x)
+    errors = []
+    for _ in range(30):
+        payload, state = codec.encode(x, codec.init(x) if restart else state)
+        errors.append(float((codec.decode(payload, SHAPE) - x).square().sum()))
+    mean = sum(errors) / len(errors)
+    if info.lossless:
+        assert max(errors) == 0.0
+    elif info.delta is not None:
+        assert mean <= (1.0 - info.delta(n)) * energy * 1.02
+    elif info.omega is not None:
+        assert mean <= info.omega(n) * energy * 1.02
+    else:  # threshold (absolute bound) and casts (relative rounding)
+        assert mean <= max(n * 1.5**2, 2.0**-16 * energy)

@@ -267,8 +267,10 @@ def scaled_sign(bucket: int = 0) -> Quantizer:
         negative, scales = values.negative, values.scales.float()
         out = torch.empty(negative.shape, dtype=torch.float32, device=negative.device)
         for start, stop in _spans(negative.numel(), values.bucket, negative.device):
+            # s - 2 s [negative], exact in floating point; torch.where on a bool mask is
+            # several times slower on CPU.
             scale = _expand(scales, values.bucket, start, stop)
-            torch.where(negative[start:stop], -scale, scale, out=out[start:stop])
+            torch.mul(negative[start:stop], scale, out=out[start:stop]).mul_(-2.0).add_(scale)
         return out
 
     info = CodecInfo(unbiased=False, delta=lambda n: 1.0 / (min(n, bucket) if bucket else n))
