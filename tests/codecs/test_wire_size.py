@@ -5,9 +5,8 @@ merged these tests are skipped with that reason; they run as soon as it is.
 """
 
 import pytest
-import torch
-
 import thinwire.wire
+import torch
 from thinwire.codecs import (
     cast,
     chain,
