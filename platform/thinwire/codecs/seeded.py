@@ -17,16 +17,11 @@ from typing import NamedTuple
 import torch
 
 from thinwire.codecs.base import CodecInfo, Selector
-from thinwire.codecs.selection import count_for
+from thinwire.codecs.selection import check_density, count_for
 from thinwire.codecs.support import block_start, derive_seed, seeded_indices
 from thinwire.wire.payload import SeededSupport, SeedScheme, Support
 
 __all__ = ["RandomBlockState", "RandomKState", "random_block", "random_k"]
-
-
-def _check_density(density: float) -> None:
-    if not 0.0 < density <= 1.0:
-        raise ValueError(f"density must be in (0, 1], got {density}")
 
 
 class RandomKState(NamedTuple):
@@ -66,7 +61,7 @@ def random_k(density: float, *, seed: int, unbiased: bool = False) -> Selector:
         >>> payload.support.count, codec.decode(payload, x.shape).count_nonzero().item()
         (2, 2)
     """
-    _check_density(density)
+    check_density(density)
 
     def init(n: int, device: torch.device) -> RandomKState:
         del n, device
@@ -123,7 +118,7 @@ def random_block(density: float, *, seed: int) -> Selector:
         >>> payload.support.scheme.name, payload.count
         ('RANDOM_BLOCK', 3)
     """
-    _check_density(density)
+    check_density(density)
 
     def init(n: int, device: torch.device) -> RandomBlockState:
         del n, device

@@ -24,10 +24,11 @@ import math
 import torch
 
 __all__ = [
+    "at_least",
+    "check_density",
     "count_for",
     "exact_top_k",
     "sampled_top_k_indices",
-    "at_least",
 ]
 
 _CPU_CHUNK = 1 << 20
@@ -43,14 +44,19 @@ _MIN_EXPECTED_HITS = 32
 threshold, so the order statistic it uses is not hopelessly noisy at tiny densities."""
 
 
+def check_density(value: float, name: str = "density") -> None:
+    """Raises `ValueError` naming `name` unless value is in (0, 1]."""
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"{name} must be in (0, 1], got {value}")
+
+
 def count_for(density: float, n: int) -> int:
     """The number of coordinates k = ceil(density * n) kept, at least 1 and at most n.
 
     The product is rounded to 6 decimals first so that binary noise (0.07 * 100 =
     7.000000000000001) does not add a coordinate.
     """
-    if not 0.0 < density <= 1.0:
-        raise ValueError(f"density must be in (0, 1], got {density}")
+    check_density(density)
     return min(n, max(1, math.ceil(round(density * n, 6))))
 
 

@@ -15,7 +15,13 @@ from typing import NamedTuple
 import torch
 
 from thinwire.codecs.base import CodecInfo, EmptyState, Selector
-from thinwire.codecs.selection import at_least, count_for, exact_top_k, sampled_top_k_indices
+from thinwire.codecs.selection import (
+    at_least,
+    check_density,
+    count_for,
+    exact_top_k,
+    sampled_top_k_indices,
+)
 from thinwire.codecs.support import derive_seed, permutation
 from thinwire.wire.payload import DenseSupport, SparseSupport, Support
 
@@ -30,11 +36,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-def _check_density(value: float, name: str = "density") -> None:
-    if not 0.0 < value <= 1.0:
-        raise ValueError(f"{name} must be in (0, 1], got {value}")
 
 
 def _sparse(y: torch.Tensor, indices: torch.Tensor) -> tuple[Support, torch.Tensor]:
@@ -73,7 +74,7 @@ def top_k(density: float) -> Selector:
         >>> payload.support.indices
         tensor([0, 3])
     """
-    _check_density(density)
+    check_density(density)
 
     def init(n: int, device: torch.device) -> EmptyState:
         del n, device
@@ -115,7 +116,7 @@ def sampled_top_k(density: float, sample: float = 0.01) -> Selector:
         >>> torch.equal(a.support.indices, b.support.indices)
         True
     """
-    _check_density(density)
+    check_density(density)
     if not 0.0 < sample <= 1.0:
         raise ValueError(f"sample must be in (0, 1], got {sample}")
 
@@ -212,7 +213,7 @@ def rtop_k(density: float, ratio: float = 4.0, *, seed: int) -> Selector:
         >>> bool(payload.support.indices.min() >= 4)  # 2 of the top 4
         True
     """
-    _check_density(density)
+    check_density(density)
     if not ratio >= 1.0:
         raise ValueError(f"rtop_k ratio (r / k) must be >= 1, got {ratio}")
 
@@ -287,9 +288,9 @@ def adaptive_top_k(
         >>> small.count, large.count
         (10, 50)
     """
-    _check_density(density)
-    _check_density(min_density, "min_density")
-    _check_density(max_density, "max_density")
+    check_density(density)
+    check_density(min_density, "min_density")
+    check_density(max_density, "max_density")
     if not min_density <= density <= max_density:
         raise ValueError(
             f"adaptive_top_k needs min_density <= density <= max_density, got "

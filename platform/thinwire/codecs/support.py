@@ -77,7 +77,9 @@ def permutation(seed: int, n: int, positions: torch.Tensor) -> torch.Tensor:
     An unbalanced Feistel network over [0, 2**b) with b = ceil(log2 n), cycle-walking back
     into [0, n): the domain is less than twice n, so a position needs under two network
     passes on average (a balanced network needs an even b and can waste up to 4x).
-    Deterministic across devices for a given (seed, n): int64 arithmetic only.
+    Deterministic across devices for a given (seed, n): int64 arithmetic only. Each
+    cycle-walking round synchronises with the device once (to size the positions still
+    outside); about log4(k) rounds for k positions.
 
     Raises:
         ValueError: if n is not in [1, MAX_SEEDED_DOMAIN].
