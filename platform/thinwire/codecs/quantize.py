@@ -13,9 +13,10 @@ one kernel over the whole vector.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Literal, NamedTuple
 
+import numpy as np
 import torch
 
 from thinwire.codecs.base import CodecInfo, EmptyState, Quantizer
@@ -148,6 +149,28 @@ def _qsgd_omega(levels: int, bucket: int) -> CodecInfo:
     return CodecInfo(unbiased=True, omega=omega)
 
 
+def _uniform_source(seed: int, device: torch.device) -> Callable[[int], torch.Tensor]:
+    # count -> float32 uniforms on [0, 1) on `device`, a fresh stream per seed. On CPU the
+    # bits come from NumPy's SFC64 generator, 24 per draw (exact in float32): about half
+    # the cost of torch's mt19937 `uniform_` there, which dominates QSGD's encode. Other
+    # devices draw with a torch.Generator on the device (no host round trip).
+    if device.type == "cpu":
+        bits = np.random.SFC64(seed)
+
+        def draw_cpu(count: int) -> torch.Tensor:
+            raw = torch.from_numpy(bits.random_raw((count + 1) // 2).view(np.int32)[:count])
+            return ((raw >> 8) & 0xFFFFFF).float().mul_(2.0**-24)
+
+        return draw_cpu
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+
+    def draw_device(count: int) -> torch.Tensor:
+        return torch.rand(count, generator=generator, device=device)
+
+    return draw_device
+
+
 def qsgd(levels: int, bucket: int = 0, *, seed: int) -> Quantizer:
     """QSGD: each value becomes norm * level / s with an unbiased random integer level.
 
@@ -164,8 +187,9 @@ def qsgd(levels: int, bucket: int = 0, *, seed: int) -> Quantizer:
     (8-bit) keep the variance small, at one float per bucket. Unbucketed QSGD on a large
     vector sends mostly zeros (variance sqrt(d)/s).
 
-    State: (seed, step); the uniforms come from a `torch.Generator` on the values' device
-    seeded with derive_seed(seed, step). The receiver needs no seed.
+    State: (seed, step); the uniforms come from a generator seeded with
+    derive_seed(seed, step) (NumPy's SFC64 on CPU, a `torch.Generator` on the values'
+    device elsewhere, so CPU and CUDA draws differ). The receiver needs no seed.
 
     Args:
         levels: s >= 1, the number of positive levels.
@@ -198,11 +222,10 @@ def qsgd(levels: int, bucket: int = 0, *, seed: int) -> Quantizer:
         norms = _per_bucket_norms(v, bucket, 2.0)
         safe = torch.where(norms > 0, norms, torch.ones_like(norms))
         factors = torch.where(norms > 0, levels / safe, torch.zeros_like(norms))
-        generator = torch.Generator(device=v.device)
-        generator.manual_seed(derive_seed(state.seed, state.step))
+        draw = _uniform_source(derive_seed(state.seed, state.step), v.device)
         codes = torch.empty(k, dtype=level_dtype, device=v.device)
         for start, stop in _spans(k, bucket, v.device):
-            noise = torch.rand(stop - start, generator=generator, device=v.device)
+            noise = draw(stop - start)
             rounded = torch.addcmul(noise, v[start:stop], _expand(factors, bucket, start, stop))
             codes[start:stop] = rounded.floor_().clamp_(-levels, levels)
         values = QuantizedValues(codes, norms, levels, bucket)
