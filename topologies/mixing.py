@@ -121,9 +121,10 @@ def validate_mixing(weights: np.ndarray, graph: nx.Graph, *, atol: float = TOLER
         i, j = bad[0]
         raise MixingError(f"entry ({i}, {j}) = {weights[i, j]:.6g} is negative")
     sums = weights.sum(axis=1)
-    bad = np.flatnonzero(np.abs(sums - 1.0) > atol * max(n, 1))
-    if len(bad):
-        raise MixingError(f"row {bad[0]} sums to {sums[bad[0]]:.9g}, not 1 (not doubly stochastic)")
+    rows = np.flatnonzero(np.abs(sums - 1.0) > atol * max(n, 1))
+    if len(rows):
+        i = rows[0]
+        raise MixingError(f"row {i} sums to {sums[i]:.9g}, not 1 (not doubly stochastic)")
     for i, j in np.argwhere(np.abs(weights) > atol):
         if i != j and not graph.has_edge(int(i), int(j)):
             raise MixingError(

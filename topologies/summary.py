@@ -123,7 +123,8 @@ def _split_edges(
     # A torus's wrap-around edges would run straight over a whole grid row; bend them.
     if graph.graph.get("kind") != "torus":
         return list(graph.edges), []
-    straight, curved = [], []
+    straight: list[tuple[int, int]] = []
+    curved: list[tuple[int, int]] = []
     for u, v in graph.edges:
         far = np.abs(positions[u] - positions[v]).max() > 1.5
         (curved if far else straight).append((u, v))
