@@ -93,10 +93,17 @@ class Mailbox(Generic[T]):
             return Admission.DUPLICATE
         return Admission.OPEN
 
-    def admission(self, sender: int, round: int) -> Admission:
-        """What `put(sender, round, ...)` would do now, without storing or counting anything."""
+    def screen(self, sender: int, round: int) -> Admission:
+        """What `put(sender, round, ...)` would do now, counted like `put` when it refuses.
+
+        A receiver screens a push on its header, before reading the message, and answers
+        a refused one without storing anything.
+        """
         with self._changed:
-            return self._admission(sender, round)
+            verdict = self._admission(sender, round)
+            if verdict is not Admission.OPEN:
+                self._counts[verdict.value] += 1
+            return verdict
 
     def put(self, sender: int, round: int, message: T) -> Admission:
         """Stores `message` if its round is open and the sender has none there yet.

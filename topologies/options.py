@@ -109,4 +109,6 @@ def server_options(settings: TransportSettings) -> list[tuple[str, Any]]:
         *_keepalive(settings),
         ("grpc.http2.min_ping_interval_without_data_ms", interval // 2),
         ("grpc.keepalive_permit_without_calls", 1),
+        # Two nodes configured with one port must not silently share it.
+        ("grpc.so_reuseport", 0),
     ]

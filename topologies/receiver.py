@@ -11,8 +11,8 @@ Everything is checked on the header first, before a byte of the update is read:
 | the caller's certificate names another node than the header's sender | PERMISSION_DENIED |
 | more bytes declared than `max_message_bytes` | RESOURCE_EXHAUSTED |
 | chunk count impossible for the declared size | INVALID_ARGUMENT |
-| round at or beyond current + window | OUT_OF_RANGE |
 | sender is not this node's neighbour in that round | PERMISSION_DENIED |
+| round at or beyond current + window | OUT_OF_RANGE |
 | (sender, round) already delivered / round already collected | reply DUPLICATE / STALE |
 
 Then the data frames are copied into one buffer as they arrive (a second header, an empty
@@ -218,18 +218,18 @@ class GossipReceiver(Generic[T]):
                 f"{header.chunks} chunks cannot carry {header.total_bytes} bytes "
                 "(every chunk holds at least one byte)",
             )
-        admission = self.mailbox.admission(header.sender, header.round)
-        if admission is Admission.TOO_EARLY:
-            raise PushRejected(
-                code.OUT_OF_RANGE,
-                f"round {header.round} is beyond this node's window (current round "
-                f"{self.mailbox.current_round}, window {self.mailbox.window})",
-            )
         if header.sender == self.node or header.sender not in self._neighbours(header.round):
             raise PushRejected(
                 code.PERMISSION_DENIED,
                 f"node {header.sender} is not a neighbour of node {self.node} in round "
                 f"{header.round}",
+            )
+        admission = self.mailbox.screen(header.sender, header.round)
+        if admission is Admission.TOO_EARLY:
+            raise PushRejected(
+                code.OUT_OF_RANGE,
+                f"round {header.round} is beyond this node's window (current round "
+                f"{self.mailbox.current_round}, window {self.mailbox.window})",
             )
         return admission
 
