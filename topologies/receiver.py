@@ -159,8 +159,8 @@ class GossipReceiver(Generic[T]):
         payload, framing = self._read(header, frames)
         item = self._handle(Delivery(header.sender, header.round, payload))
         admission = self.mailbox.put(header.sender, header.round, item)
-        if admission is Admission.TOO_EARLY:
-            raise PushRejected(grpc.StatusCode.OUT_OF_RANGE, "the receiver's window moved back")
+        if admission is Admission.TOO_EARLY:  # only if the mailbox was restored meanwhile
+            raise self._beyond_window(header)
         return self._reply(header, admission, received=len(payload), metadata=len(first) + framing)
 
     def _reply(
@@ -226,12 +226,15 @@ class GossipReceiver(Generic[T]):
             )
         admission = self.mailbox.screen(header.sender, header.round)
         if admission is Admission.TOO_EARLY:
-            raise PushRejected(
-                code.OUT_OF_RANGE,
-                f"round {header.round} is beyond this node's window (current round "
-                f"{self.mailbox.current_round}, window {self.mailbox.window})",
-            )
+            raise self._beyond_window(header)
         return admission
+
+    def _beyond_window(self, header: gossip_pb2.Header) -> PushRejected:
+        return PushRejected(
+            grpc.StatusCode.OUT_OF_RANGE,
+            f"round {header.round} is beyond this node's window (current round "
+            f"{self.mailbox.current_round}, window {self.mailbox.window})",
+        )
 
     @staticmethod
     def _read(header: gossip_pb2.Header, frames: Iterator[bytes]) -> tuple[memoryview, int]:

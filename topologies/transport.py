@@ -154,11 +154,13 @@ class PeerClient:
             total_bytes=len(message),
             chunks=chunk_count(len(message), chunk),
         )
+        # Open every channel first: a neighbour that cannot be resolved fails the call
+        # before any push is in flight.
+        callables = {peer: self._push_callable(peer) for peer in sorted(set(to))}
         calls = {}
-        for peer in sorted(set(to)):
+        for peer, call in callables.items():
             frames = _Counted(header, message, chunk)
-            future = self._push_callable(peer).future(iter(frames), timeout=self.settings.timeout_s)
-            calls[peer] = (future, frames)
+            calls[peer] = (call.future(iter(frames), timeout=self.settings.timeout_s), frames)
         return {peer: self._settle(round, peer, *call) for peer, call in calls.items()}
 
     def _settle(self, round: int, peer: int, future: Any, frames: _Counted) -> PushResult:
