@@ -4,8 +4,12 @@
 tensors to the host. `decode` treats its input as hostile: every size, count, index and
 code is checked against the receiver's spec and `Limits` before it is used to allocate or
 index anything, and every failure is a `WireError` that names the tensor and the problem.
-Memory is bounded by the message size plus the spec's dense sizes, never by a count the
-message claims.
+
+Memory follows the bytes actually received, never a count the message claims: each array
+is allocated only after the stream that fills it has been checked to hold exactly that many
+entries. The one exception is inherent to the entropy-coded QSGD form, whose few bytes stand
+for a dense array of levels; its length is bounded by the receiver's own spec (at most the
+tensor's size), as for a dense tensor.
 """
 
 from __future__ import annotations
@@ -220,23 +224,22 @@ def _read_tensor(tensor: pb.Tensor, expected: TensorSpec, limits: Limits) -> Pay
     if len(tensor.shape) != len(expected.shape) or tuple(tensor.shape) != expected.shape:
         shape = tuple(tensor.shape) if len(tensor.shape) <= 8 else f"<{len(tensor.shape)} dims>"
         raise WireError(f"shape {shape} does not match the expected {expected.shape}")
-    n = expected.numel
+    support, count = _read_support(tensor, expected.numel)
+    return Payload(expected.shape, support, read_values(tensor, count, limits))
+
+
+def _read_support(tensor: pb.Tensor, n: int) -> tuple[Support, int]:
+    """The support and its number of coordinates, validated against a domain of n.
+
+    It is read before the values, so that a sparse support's count is backed by its index
+    stream before any value array of that length is allocated.
+    """
     which = tensor.WhichOneof("support")
-    count = _support_count(tensor, which, n)
-    values = read_values(tensor, count, limits)
-    return Payload(expected.shape, _read_support(tensor, which, n), values)
-
-
-def _support_count(tensor: pb.Tensor, which: str | None, n: int) -> int:
-    """Validates the support's header and returns how many coordinates it carries."""
     if which == "dense":
-        return n
+        return DenseSupport(), n
     if which == "sparse":
-        if tensor.sparse.count > n:
-            raise WireError(
-                f"sparse support carries {tensor.sparse.count} coordinates of a domain of {n}"
-            )
-        return tensor.sparse.count
+        indices = read_indices(tensor.sparse, n)
+        return SparseSupport(torch.from_numpy(indices)), indices.size
     if which == "seeded":
         seeded = tensor.seeded
         if seeded.scheme not in _SCHEMES:
@@ -245,15 +248,6 @@ def _support_count(tensor: pb.Tensor, which: str | None, n: int) -> int:
             raise WireError(f"a seeded support needs a domain of 1 to 2**40 coordinates, not {n}")
         if seeded.count > n:
             raise WireError(f"seeded support carries {seeded.count} coordinates of a domain of {n}")
-        return seeded.count
+        support = SeededSupport(seeded.seed, SeedScheme(seeded.scheme), seeded.count)
+        return support, seeded.count
     raise WireError("has no support (dense, sparse or seeded)")
-
-
-def _read_support(tensor: pb.Tensor, which: str | None, n: int) -> Support:
-    """The support itself, once its count and the values have passed their checks."""
-    if which == "sparse":
-        return SparseSupport(torch.from_numpy(read_indices(tensor.sparse, n)))
-    if which == "seeded":
-        seeded = tensor.seeded
-        return SeededSupport(seeded.seed, SeedScheme(seeded.scheme), seeded.count)
-    return DenseSupport()
