@@ -134,8 +134,14 @@ def test_kind_must_be_the_expected_one():
 
 
 def test_sender_length():
-    data = message(Payload((4, 8), DenseSupport(), RawValues(torch.ones(N))), sender="p" * 129)
+    data = edited(SPARSE, lambda m: setattr(m, "sender", "p" * 129))
     rejects(data, "sender id is 129 bytes, more than the 128 allowed", tensor=None)
+    rejects(
+        SPARSE,
+        "sender id is 8 bytes, more than the 4 allowed",
+        tensor=None,
+        limits=Limits(max_sender_length=4),
+    )
 
 
 def test_round_range():

@@ -260,3 +260,11 @@ def test_spec_shapes_need_not_be_flat():
     update, spec = single("conv", payload("sparse_gaps", "fp16", (4, 3, 3, 3)))
     assert spec == [TensorSpec("conv", (4, 3, 3, 3))]
     assert decode(encode(update), spec).tensors["conv"].shape == (4, 3, 3, 3)
+
+
+def test_encode_rejects_what_the_format_cannot_carry():
+    update, _ = single("w", payload("dense", "fp32", (3,)))
+    with pytest.raises(ValueError, match="sender id 'xxx.*' is over 128 bytes"):
+        encode(Update("x" * 129, 0, Kind.MODEL, update.tensors))
+    with pytest.raises(ValueError, match="metric 'loss' is nan; metrics must be finite"):
+        encode(Update("c", 0, Kind.MODEL, update.tensors, {"loss": float("nan")}))

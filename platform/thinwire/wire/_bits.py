@@ -55,6 +55,8 @@ MAX_WIDTH = 64
 _SUM_CHUNK = 1 << 22
 """Values summed per int64 partial sum when a total must be exact (2**22 values < 2**41 each)."""
 
+_INT64_MAX = (1 << 63) - 1
+
 _HISTOGRAM_LIMIT = 1 << 16
 """Values below this are histogrammed to size every Rice parameter exactly in one pass."""
 
@@ -404,7 +406,8 @@ def rice_decode(
         high: the unary high-part stream.
         count: number of values the enclosing message promises.
         max_value: largest legal single value.
-        max_total: largest legal sum of all values.
+        max_total: largest legal sum of all values (sums of 2**63 or more are refused in
+            any case: the values are int64).
         excess: formats the error for a sum above `max_total` in the caller's terms (an
             index list reports the index that overruns its domain).
 
@@ -416,6 +419,7 @@ def rice_decode(
     """
     if not 0 <= bits <= RICE_MAX_BITS:
         raise WireError(f"Rice parameter {bits} out of range [0, {RICE_MAX_BITS}]")
+    max_total = min(max_total, _INT64_MAX)
     if len(low) != packed_nbytes(count, bits):
         raise WireError(
             f"Rice low stream is {len(low)} bytes, {count} values of {bits} bits need "

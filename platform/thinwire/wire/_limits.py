@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["FORMAT_VERSION", "RICE_MAX_BITS", "SEEDED_DOMAIN_LIMIT", "Limits"]
+__all__ = ["FORMAT_VERSION", "MAX_SENDER_BYTES", "RICE_MAX_BITS", "SEEDED_DOMAIN_LIMIT", "Limits"]
 
 FORMAT_VERSION = 1
 """The wire format `update.proto` defines."""
+
+MAX_SENDER_BYTES = 128
+"""Longest sender id the format allows, in UTF-8 bytes (`update.proto`)."""
 
 RICE_MAX_BITS = 40
 """Largest Rice parameter (width of a low part) the format allows."""
@@ -45,7 +48,7 @@ class Limits:
     max_tensors: int = 1 << 16
     max_metrics: int = 256
     max_name_length: int = 1024
-    max_sender_length: int = 128
+    max_sender_length: int = MAX_SENDER_BYTES
     max_round: int = (1 << 31) - 1
     max_levels: int = 1 << 20
     allow_nonfinite: bool = False

@@ -23,7 +23,7 @@ from google.protobuf.message import DecodeError
 from thinwire.wire import update_pb2 as pb
 from thinwire.wire._errors import WireError
 from thinwire.wire._indices import read_indices, write_indices
-from thinwire.wire._limits import FORMAT_VERSION, SEEDED_DOMAIN_LIMIT, Limits
+from thinwire.wire._limits import FORMAT_VERSION, MAX_SENDER_BYTES, SEEDED_DOMAIN_LIMIT, Limits
 from thinwire.wire._values import read_values, write_values
 from thinwire.wire.payload import (
     DenseSupport,
@@ -60,21 +60,26 @@ def encode(update: Update) -> bytes:
         The `update.proto` message, serialized deterministically.
 
     Raises:
-        ValueError: if a payload is malformed (naming the tensor): values that do not match
-            the support's count, sparse indices not strictly increasing in [0, n), levels
-            outside [-s, s], a dtype the format does not carry.
+        ValueError: if the update breaks the format: a sender id over 128 bytes, a
+            non-finite metric, or a malformed payload (naming the tensor): values that do not
+            match the support's count, sparse indices not strictly increasing in [0, n),
+            levels outside [-s, s], a dtype the format does not carry.
     """
+    if len(update.sender.encode()) > MAX_SENDER_BYTES:
+        raise ValueError(f"sender id {update.sender[:_SHOWN]!r} is over {MAX_SENDER_BYTES} bytes")
     message = pb.Update(
         format=FORMAT_VERSION,
         sender=update.sender,
         round=update.round,
-        kind=int(update.kind),  # type: ignore[arg-type]
+        kind=Kind(update.kind).value,  # type: ignore[arg-type]
     )
     for key, value in update.metrics.items():
+        if not math.isfinite(value):
+            raise ValueError(f"metric {key!r} is {value}; metrics must be finite")
         message.metrics[key] = float(value)
     for name, payload in update.tensors.items():
-        tensor = message.tensors.add(name=name, shape=payload.shape)
         try:
+            tensor = message.tensors.add(name=name, shape=payload.shape)
             count = _write_support(payload.support, payload.numel, tensor)
             write_values(payload.values, count, tensor)
         except ValueError as error:
@@ -128,7 +133,8 @@ def decode(
     Raises:
         WireError: for any problem with `data`; the message names the tensor if there is
             one. Nothing else is raised for bad input.
-        ValueError: if `spec` itself repeats a name (a caller's mistake, not the sender's).
+        ValueError: if `spec` itself repeats a name or has an impossible shape (a caller's
+            mistake, not the sender's).
     """
     _check_spec(spec)
     if len(data) > limits.max_bytes:

@@ -33,12 +33,13 @@ class _RawType(NamedTuple):
     wire: int  # update.proto's ValueType
     torch: torch.dtype
     numpy: np.dtype  # little-endian storage; int16 for bfloat16, which numpy lacks
+    exponent: int  # exponent bits of the 16-bit types (all set: inf or NaN); 0 for fp32
 
 
 _RAW_TYPES = (
-    _RawType(pb.FP32, torch.float32, np.dtype("<f4")),
-    _RawType(pb.FP16, torch.float16, np.dtype("<f2")),
-    _RawType(pb.BF16, torch.bfloat16, np.dtype("<i2")),
+    _RawType(pb.FP32, torch.float32, np.dtype("<f4"), 0),
+    _RawType(pb.FP16, torch.float16, np.dtype("<f2"), 0x7C00),
+    _RawType(pb.BF16, torch.bfloat16, np.dtype("<i2"), 0x7F80),
 )
 _RAW_BY_TORCH = {t.torch: t for t in _RAW_TYPES}
 _RAW_BY_WIRE = {t.wire: t for t in _RAW_TYPES}
@@ -93,8 +94,6 @@ def write_values(values: Values, count: int, tensor: pb.Tensor) -> None:
     Raises:
         ValueError: if the values are malformed (wrong dtype, count, or levels out of range).
     """
-    if not isinstance(values, RawValues | QuantizedValues | SignValues):
-        raise TypeError(f"expected RawValues, QuantizedValues or SignValues, got {values!r}")
     match values:
         case RawValues(data=data):
             raw = _RAW_BY_TORCH.get(data.dtype)
@@ -116,6 +115,8 @@ def write_values(values: Values, count: int, tensor: pb.Tensor) -> None:
             tensor.sign.bucket = bucket
             tensor.sign.scales = _floats(scales, "sign scales", bucket_count(count, bucket))
             tensor.sign.negative = np.packbits(_host(negative), bitorder="little").tobytes()
+        case _:
+            raise TypeError(f"expected RawValues, QuantizedValues or SignValues, got {values!r}")
 
 
 def _check_count(carried: int, count: int) -> None:
@@ -213,18 +214,33 @@ def _read_raw(raw: pb.RawValues, count: int, limits: Limits) -> RawValues:
     if len(data) != need:
         name = pb.ValueType.Name(kind.wire)
         raise WireError(f"raw values are {len(data)} bytes, {count} {name} values need {need}")
-    tensor = torch.from_numpy(np.frombuffer(data, kind.numpy).copy())
+    array = np.frombuffer(data, kind.numpy).copy()
+    tensor = torch.from_numpy(array)
     if kind.torch == torch.bfloat16:
         tensor = tensor.view(torch.bfloat16)
     if not limits.allow_nonfinite and count:
-        finite = torch.isfinite(tensor)
-        if not bool(finite.all()):
-            first = int(torch.argmin(finite.to(torch.uint8)))
+        first = _first_nonfinite(array, kind)
+        if first is not None:
             raise WireError(
                 f"raw value {first} is {float(tensor[first])} "
                 "(non-finite values need Limits(allow_nonfinite=True))"
             )
     return RawValues(tensor)
+
+
+def _first_nonfinite(array: np.ndarray, kind: _RawType) -> int | None:
+    """Index of the first NaN or infinity, if any, in a couple of vectorized passes.
+
+    float32 uses min and max (NaN propagates through both); the 16-bit types test their
+    exponent bits, several times faster than numpy's float16 reductions or `torch.isfinite`.
+    """
+    if not kind.exponent:
+        if np.isfinite(array.min()) and np.isfinite(array.max()):
+            return None
+        return int(np.argmin(np.isfinite(array)))
+    exponent = np.bitwise_and(array.view(np.uint16), kind.exponent)
+    bad = exponent == kind.exponent
+    return int(np.argmax(bad)) if bad.any() else None
 
 
 def _read_scales(data: bytes, count: int, bucket: int, what: str) -> torch.Tensor:
