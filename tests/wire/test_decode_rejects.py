@@ -269,6 +269,17 @@ def test_rice_low_stream_length():
     rejects(data, "Rice low stream is 9 bytes")
 
 
+def test_rice_low_stream_padding():
+    def edit(m: pb.Update) -> None:
+        gaps = weight(m).sparse.gaps
+        low = bytearray(gaps.low)
+        low[-1] |= 0x80
+        gaps.low = bytes(low)
+
+    assert (5 * pb.Update.FromString(SPARSE).tensors[0].sparse.gaps.bits) % 8 != 0
+    rejects(edited(SPARSE, edit), "Rice low stream has non-zero padding bits")
+
+
 def test_rice_high_stream_count():
     def edit(m: pb.Update) -> None:
         gaps = weight(m).sparse.gaps

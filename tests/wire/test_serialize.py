@@ -21,6 +21,7 @@ from thinwire.wire import (
     encode,
 )
 from thinwire.wire import update_pb2 as pb
+from torch.overrides import TorchFunctionMode
 from wire_samples import (
     SUPPORTS,
     VALUES,
@@ -268,3 +269,27 @@ def test_encode_rejects_what_the_format_cannot_carry():
         encode(Update("x" * 129, 0, Kind.MODEL, update.tensors))
     with pytest.raises(ValueError, match="metric 'loss' is nan; metrics must be finite"):
         encode(Update("c", 0, Kind.MODEL, update.tensors, {"loss": float("nan")}))
+
+
+class _HostMoves(TorchFunctionMode):
+    """Records the size of every tensor read out to the host."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in (torch.Tensor.cpu, torch.Tensor.numpy, torch.Tensor.to):
+            self.sizes.append(args[0].numel())
+        return func(*args, **(kwargs or {}))
+
+
+def test_encode_reads_only_the_compact_payload_tensors():
+    n, k = 1_000_000, 300
+    indices = torch.sort(torch.randperm(n)[:k]).values
+    levels = torch.randint(-2, 3, (k,), dtype=torch.int8)
+    sent = Payload((n,), SparseSupport(indices), QuantizedValues(levels, torch.ones(30), 2, 10))
+    update, _ = single("w", sent)
+    with _HostMoves() as moves:
+        encode(update)
+    assert moves.sizes and max(moves.sizes) <= k
