@@ -32,6 +32,7 @@ from thinwire.wire.payload import (
     TensorSpec,
     Update,
     Values,
+    client_id,
 )
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "TensorSpec",
     "Update",
     "Values",
+    "client_id",
     "WireError",
     "decode",
     "encode",

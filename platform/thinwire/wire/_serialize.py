@@ -15,7 +15,7 @@ tensor's size), as for a dense tensor.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from google.protobuf.message import DecodeError
@@ -113,7 +113,7 @@ def _write_support(support: Support, n: int, tensor: pb.Tensor) -> int:
 
 def decode(
     data: bytes,
-    spec: Sequence[TensorSpec],
+    spec: Sequence[TensorSpec] | Mapping[Kind, Sequence[TensorSpec]],
     *,
     limits: Limits = Limits(),  # noqa: B008 - Limits is frozen, so sharing it is safe
     kind: Kind | None = None,
@@ -122,9 +122,12 @@ def decode(
 
     Args:
         data: the serialized message.
-        spec: the tensors the receiver expects, in order (names unique).
+        spec: the tensors the receiver expects, in order (names unique); or, where a
+            receiver accepts several kinds whose tensors differ (a full model or a
+            compressed model delta), a mapping from each accepted kind to its spec.
         limits: caps on sizes and counts; see `Limits`.
-        kind: the kind of update expected here, or None to accept any known kind.
+        kind: the kind of update expected here, or None to accept any known kind (or any
+            kind of the `spec` mapping).
 
     Returns:
         The update; its tensors are CPU tensors in spec order, each payload shaped as its
@@ -136,7 +139,11 @@ def decode(
         ValueError: if `spec` itself repeats a name or has an impossible shape (a caller's
             mistake, not the sender's).
     """
-    _check_spec(spec)
+    specs = dict(spec) if isinstance(spec, Mapping) else None
+    if specs is not None and kind is not None:
+        raise ValueError("pass either a spec per kind or an expected kind, not both")
+    for one in specs.values() if specs is not None else [spec]:  # type: ignore[list-item]
+        _check_spec(one)
     if len(data) > limits.max_bytes:
         raise WireError(f"message is {len(data)} bytes, more than the {limits.max_bytes} allowed")
     try:
@@ -144,6 +151,12 @@ def decode(
     except DecodeError as error:
         raise WireError(f"not an Update message: {error}") from None
     _check_header(message, limits, kind)
+    if specs is not None:
+        if message.kind not in specs:
+            accepted = ", ".join(k.name for k in specs)
+            raise WireError(f"expected a {accepted} update, got {Kind(message.kind).name}")
+        spec = specs[Kind(message.kind)]
+    assert not isinstance(spec, Mapping)
     metrics = _read_metrics(message, limits)
     if len(message.tensors) > limits.max_tensors:
         raise WireError(
