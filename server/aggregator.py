@@ -92,8 +92,7 @@ class Aggregator:
         )
         self._round = 0
         self._recipients: set[int] = set()
-        self._sum: dict[str, torch.Tensor] = {}
-        self._weight = 0.0
+        self._updates: dict[int, Update] = {}
         self._accepted: list[int] = []
         self._rejected: dict[int, str] = {}
 
@@ -108,7 +107,7 @@ class Aggregator:
             raise ValueError(f"round {round} cannot follow round {self.state.round}")
         self._round = round
         self._recipients = set(recipients)
-        self._sum, self._weight, self._accepted, self._rejected = {}, 0.0, [], {}
+        self._updates, self._accepted, self._rejected = {}, [], {}
         state = self.state
         received = dict(state.received)
         if self.downlink is None:
@@ -137,7 +136,10 @@ class Aggregator:
         return encode(Update("server", round, Kind.MODEL, payloads))
 
     def receive(self, client: int, data: bytes) -> Receipt:
-        """Validates, decodes and accumulates one client's update; never raises on bad input."""
+        """Validates one client's update and keeps it for the round; never raises on bad input.
+
+        Only the compact payloads are kept; they are decoded when the round finishes.
+        """
         try:
             self._accumulate(client, data)
         except WireError as exc:
@@ -160,19 +162,29 @@ class Aggregator:
         examples = update.metrics.get("num_examples", math.nan)
         if not 1 <= examples <= MAX_EXAMPLES:
             raise WireError(f"metric num_examples must be in [1, 2**40], got {examples}")
-        delta = self.uplink.decode(update.tensors, self.workspace.device)
-        for k, v in delta.items():
-            weighted = v * examples
-            self._sum[k] = self._sum[k] + weighted if k in self._sum else weighted
-        self._weight += examples
+        self._updates[client] = update
+
+    def _weighted_sum(self) -> tuple[dict[str, torch.Tensor], float]:
+        # Summed in client order, not arrival order, so every runtime gets the same bits.
+        total: dict[str, torch.Tensor] = {}
+        weight = 0.0
+        for client in sorted(self._updates):
+            update = self._updates[client]
+            examples = update.metrics["num_examples"]
+            delta = self.uplink.decode(update.tensors, self.workspace.device)
+            for k, v in delta.items():
+                total[k] = total[k] + v * examples if k in total else v * examples
+            weight += examples
+        return total, weight
 
     def finish_round(self) -> RoundResult:
         """Averages the accepted updates (weighted by examples) and applies the server step."""
         state = self.state
         model, momentum = state.model, state.momentum
-        if self._weight > 0:
+        total, weight = self._weighted_sum()
+        if weight > 0:
             server = self.experiment.train.server
-            average = {k: v / self._weight for k, v in self._sum.items()}
+            average = {k: v / weight for k, v in total.items()}
             if server.momentum > 0:
                 momentum = {
                     k: server.momentum * momentum[k] + average[k] if k in momentum else average[k]
@@ -183,7 +195,7 @@ class Aggregator:
         delivered = {c: True for c in self._accepted} | {c: False for c in self._rejected}
         self.state = state._replace(round=self._round, model=model, momentum=momentum)
         result = RoundResult(self._round, list(self._accepted), dict(self._rejected), delivered)
-        self._sum, self._weight = {}, 0.0
+        self._updates = {}
         return result
 
     def evaluate(self, x: torch.Tensor, y: torch.Tensor) -> Evaluation:

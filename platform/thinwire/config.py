@@ -481,13 +481,159 @@ Policy = Annotated[AlwaysSend, Field(discriminator="kind")]
 # --------------------------------------------------------------------------- topology
 
 
-class StarTopology(Section):
-    """A server and its clients."""
+class MetropolisHastingsWeights(Section):
+    """w_ij = 1 / (max(deg_i, deg_j) + 1) on each edge; each row's rest on the diagonal."""
+
+    kind: Literal["metropolis_hastings"] = "metropolis_hastings"
+
+
+class MaxDegreeWeights(Section):
+    """w_ij = 1 / (max_deg + 1) on every edge: one uniform weight for the whole graph."""
+
+    kind: Literal["max_degree"] = "max_degree"
+
+
+class MatrixFileWeights(Section):
+    """A fixed mixing matrix read from a CSV or .npy file, validated against the graph."""
+
+    kind: Literal["file"] = "file"
+    path: Path
+
+
+Mixing = Annotated[
+    MetropolisHastingsWeights | MaxDegreeWeights | MatrixFileWeights,
+    Field(discriminator="kind"),
+]
+
+_FIXED_MATRIX = "a mixing matrix file needs a fixed graph, not one redrawn every round"
+
+Attempts = Annotated[int, Field(ge=1, le=10_000)]
+"""How many seeded draws a random graph may take to come out connected."""
+
+
+class GraphSection(Section):
+    """Base of every topology: the graph kind's own fields plus its mixing weights."""
+
+    mixing: Mixing = MetropolisHastingsWeights()
+
+
+class StarTopology(GraphSection):
+    """A hub and its leaves: a server and its clients, or peer 0 linked to every other peer."""
 
     kind: Literal["star"] = "star"
 
 
-Topology = Annotated[StarTopology, Field(discriminator="kind")]
+class RingTopology(GraphSection):
+    """Node i linked to i - 1 and i + 1 (mod n); needs n >= 3."""
+
+    kind: Literal["ring"] = "ring"
+
+
+class TorusTopology(GraphSection):
+    """A rows x cols grid with wrap-around, 4-regular; omit both for the most square shape."""
+
+    kind: Literal["torus"] = "torus"
+    rows: Annotated[int, Field(ge=3)] | None = None
+    cols: Annotated[int, Field(ge=3)] | None = None
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> TorusTopology:
+        if (self.rows is None) != (self.cols is None):
+            raise ValueError("set both torus rows and cols, or neither")
+        return self
+
+
+class CompleteTopology(GraphSection):
+    """Every pair of nodes linked."""
+
+    kind: Literal["complete"] = "complete"
+
+
+class ChainTopology(GraphSection):
+    """A path: node i linked to i + 1."""
+
+    kind: Literal["chain"] = "chain"
+
+
+class RegularTopology(GraphSection):
+    """A uniformly random d-regular graph, fixed or redrawn every round."""
+
+    kind: Literal["regular"] = "regular"
+    degree: PositiveInt
+    time_varying: bool = False
+    """Draw a new graph each round (seeded by the run seed and the round)."""
+    attempts: Attempts = 100
+    """Draws allowed for a connected graph (a fixed graph must be connected)."""
+
+    @model_validator(mode="after")
+    def _fixed_matrix(self) -> RegularTopology:
+        if self.time_varying and isinstance(self.mixing, MatrixFileWeights):
+            raise ValueError(_FIXED_MATRIX)
+        return self
+
+
+class MatchingTopology(GraphSection):
+    """A new uniformly random matching every round (one node rests when n is odd)."""
+
+    kind: Literal["matching"] = "matching"
+
+    @model_validator(mode="after")
+    def _fixed_matrix(self) -> MatchingTopology:
+        if isinstance(self.mixing, MatrixFileWeights):
+            raise ValueError(_FIXED_MATRIX)
+        return self
+
+
+class ErdosRenyiTopology(GraphSection):
+    """G(n, p), redrawn with derived seeds until connected."""
+
+    kind: Literal["erdos_renyi"] = "erdos_renyi"
+    p: Density
+    attempts: Attempts = 100
+
+
+class SmallWorldTopology(GraphSection):
+    """Watts-Strogatz: a ring lattice of k nearest neighbours, each edge rewired w.p. p."""
+
+    kind: Literal["small_world"] = "small_world"
+    k: Annotated[int, Field(ge=2)] = 4
+    p: Probability = 0.1
+    attempts: Attempts = 100
+
+    @model_validator(mode="after")
+    def _even_k(self) -> SmallWorldTopology:
+        if self.k % 2:
+            raise ValueError(f"small_world k must be even (k/2 neighbours per side), got {self.k}")
+        return self
+
+
+class ExponentialTopology(GraphSection):
+    """Node i linked to i +- 2^j (mod n) for every 2^j < n."""
+
+    kind: Literal["exponential"] = "exponential"
+
+
+class EdgeListTopology(GraphSection):
+    """Edges read from a text file: one `u v` pair per line, nodes numbered 0..n-1."""
+
+    kind: Literal["edges"] = "edges"
+    path: Path
+
+
+Topology = Annotated[
+    StarTopology
+    | RingTopology
+    | TorusTopology
+    | CompleteTopology
+    | ChainTopology
+    | RegularTopology
+    | MatchingTopology
+    | ErdosRenyiTopology
+    | SmallWorldTopology
+    | ExponentialTopology
+    | EdgeListTopology,
+    Field(discriminator="kind"),
+]
 
 
 # --------------------------------------------------------------------------- channel
@@ -510,7 +656,88 @@ class SimulationRuntime(Section):
     kind: Literal["simulation"] = "simulation"
 
 
-Runtime = Annotated[SimulationRuntime, Field(discriminator="kind")]
+_ADDRESS = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})")
+
+
+def _address(text: str, *, port_zero: bool = False) -> str:
+    match = _ADDRESS.fullmatch(text)
+    low = 0 if port_zero else 1
+    if not match or not low <= int(match.group(1)) <= 65535:
+        raise ValueError(f"{text!r} is not host:port (port {low}..65535; IPv6 hosts in [ ])")
+    return text
+
+
+def _peer_address(text: str) -> str:
+    return _address(text)
+
+
+def _peer_pattern(text: str) -> str:
+    if "{i}" not in text:
+        raise ValueError(f"pattern {text!r} must contain {{i}}, the node id")
+    _address(text.replace("{i}", "0"))
+    return text
+
+
+def _listen_address(text: str) -> str:
+    _address(text.replace("{port}", "1").replace("{i}", "0"), port_zero=True)
+    return text
+
+
+class TLSFiles(Section):
+    """PEM files of one node: the run's CA, this node's certificate and its private key."""
+
+    ca: Path
+    cert: Path
+    key: Path
+    mutual: bool = True
+    """Require a client certificate from every pusher and bind it to the claimed node id."""
+
+
+class GossipRuntime(Section):
+    """One `thinwire peer` process per graph node, each serving the gRPC `Gossip` service.
+
+    Peers are listed (`peers`, one host:port per node) or generated (`pattern`, such as
+    `peer-{i}:50051`). Exactly one of `tls` and `insecure: true` must be set, so a run is
+    never unencrypted by accident.
+    """
+
+    kind: Literal["gossip"] = "gossip"
+    run_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)]
+    """Names the run; nodes accept pushes only from their own run."""
+    peers: list[Annotated[str, AfterValidator(_peer_address)]] | None = None
+    pattern: Annotated[str, AfterValidator(_peer_pattern)] | None = None
+    listen: Annotated[str, AfterValidator(_listen_address)] = "[::]:{port}"
+    """Where a node serves; {port} is the port of its own peer address, {i} its id."""
+    deadline_s: PositiveFloat = 30.0
+    """How long a node waits for its neighbours each round; also each push's deadline."""
+    chunk_bytes: Annotated[int, Field(ge=1024, le=64 * 2**20)] = 2**20
+    max_message_bytes: Annotated[int, Field(ge=1024, le=2**40)] = 2**30
+    """Largest encoded update a node accepts, in bytes."""
+    window: Annotated[int, Field(ge=1, le=1000)] = 2
+    """Rounds a node buffers: pushes for [current, current + window) are kept."""
+    retries: Annotated[int, Field(ge=0, le=4)] = 3
+    """Extra attempts of a push that failed with UNAVAILABLE (gRPC allows at most 4)."""
+    backoff_s: PositiveFloat = 0.2
+    """First retry's backoff bound; it doubles with every further attempt."""
+    keepalive_s: PositiveFloat = 60.0
+    """Interval of HTTP/2 keepalive pings on an open connection."""
+    tls: TLSFiles | None = None
+    insecure: bool = False
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> GossipRuntime:
+        if (self.peers is None) == (self.pattern is None):
+            raise ValueError("set exactly one of runtime.peers and runtime.pattern")
+        if self.peers is not None and len(self.peers) < 2:
+            raise ValueError(f"runtime.peers lists {len(self.peers)} address; gossip needs 2+")
+        if (self.tls is None) == (not self.insecure):
+            raise ValueError("set exactly one of runtime.tls and runtime.insecure: true")
+        if self.chunk_bytes > self.max_message_bytes:
+            raise ValueError("runtime.chunk_bytes must not exceed runtime.max_message_bytes")
+        return self
+
+
+Runtime = Annotated[SimulationRuntime | GossipRuntime, Field(discriminator="kind")]
 
 
 # --------------------------------------------------------------------------- experiment

@@ -144,21 +144,25 @@ class Payload:
 
     def to(self, device: torch.device | str) -> Payload:
         """The same payload with every tensor on `device` (cheap: only k values move)."""
-        return Payload(self.shape, _move(self.support, device), _move(self.values, device))
+        return Payload(
+            self.shape, _move_support(self.support, device), _move_values(self.values, device)
+        )
 
 
-def _move(part: Support | Values, device: torch.device | str) -> Support | Values:
-    match part:
-        case SparseSupport(indices=indices):
-            return SparseSupport(indices.to(device))
+def _move_support(support: Support, device: torch.device | str) -> Support:
+    if isinstance(support, SparseSupport):
+        return SparseSupport(support.indices.to(device))
+    return support
+
+
+def _move_values(values: Values, device: torch.device | str) -> Values:
+    match values:
         case RawValues(data=data):
             return RawValues(data.to(device))
         case QuantizedValues(levels=levels, norms=norms, s=s, bucket=bucket):
             return QuantizedValues(levels.to(device), norms.to(device), s, bucket)
         case SignValues(negative=negative, scales=scales, bucket=bucket):
             return SignValues(negative.to(device), scales.to(device), bucket)
-        case _:
-            return part
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,46 @@
+"""Docstring examples run, and every gRPC call in the package carries a deadline."""
+
+from __future__ import annotations
+
+import ast
+import doctest
+import importlib
+from pathlib import Path
+
+import pytest
+
+import thinwire.topologies
+
+PACKAGE = Path(thinwire.topologies.__file__).parent
+MODULES = sorted(
+    p.stem
+    for p in PACKAGE.glob("*.py")
+    if p.stem != "__init__" and not p.stem.endswith(("_pb2", "_pb2_grpc"))
+)
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples_run(name):
+    module = importlib.import_module(f"thinwire.topologies.{name}")
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_stub_calls_pass_a_timeout(name):
+    tree = ast.parse((PACKAGE / f"{name}.py").read_text())
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in {"future", "with_call", "__call__"}
+        ):
+            keywords = {k.arg for k in node.keywords}
+            assert "timeout" in keywords, (
+                f"{name}.py:{node.lineno} calls {node.func.attr} without timeout="
+            )
+
+
+def test_public_names_are_exported():
+    for name in thinwire.topologies.__all__:
+        assert hasattr(thinwire.topologies, name), name
