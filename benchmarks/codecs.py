@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 import torch
 from rich.console import Console
 from rich.table import Table
+
 from thinwire.codecs import (
     Codec,
     cast,
@@ -43,13 +44,9 @@ from thinwire.codecs import (
 )
 from thinwire.codecs.bounds import information_bits
 from thinwire.codecs.selection import count_for
-from thinwire.wire.payload import Kind, TensorSpec, Update
-
-try:
-    from thinwire.wire import decode as wire_decode
-    from thinwire.wire import encode as wire_encode
-except ImportError:  # the wire format lives on another branch until it is merged
-    wire_encode = wire_decode = None
+from thinwire.wire import Kind, TensorSpec, Update
+from thinwire.wire import decode as wire_decode
+from thinwire.wire import encode as wire_encode
 
 DENSITIES = (0.01, 0.001)
 
@@ -61,14 +58,14 @@ class Row:
     n: int
     density: float | None
     encode_s: float
-    wire_s: float | None  # serialize + parse
+    wire_s: float  # serialize + parse
     decode_s: float
     total_s: float
     clone_s: float
     throughput_gbs: float  # input bytes / total time
-    wire_bytes: int | None
+    wire_bytes: int
     bound_bytes: float
-    over_bound: float | None
+    over_bound: float
     rel_error: float
 
 
@@ -126,18 +123,14 @@ def measure(
     state = codec.init(x)
     spec = [TensorSpec("x", codec.wire_shape(shape))]
     encode_times, wire_times, decode_times = [], [], []
-    payload = codec.encode(x, state)[0]
-    data = None
     for i in range(repeats + 1):
         _sync(device)
         t0 = time.perf_counter()
         payload, _ = codec.encode(x, state)
         _sync(device)
         t1 = time.perf_counter()
-        received = payload
-        if wire_encode is not None and wire_decode is not None:
-            data = wire_encode(Update("bench", 0, Kind.MODEL_DELTA, {"x": payload}))
-            received = wire_decode(data, spec).tensors["x"].to(device)
+        data = wire_encode(Update("bench", 0, Kind.MODEL_DELTA, {"x": payload}))
+        received = wire_decode(data, spec).tensors["x"].to(device)
         _sync(device)
         t2 = time.perf_counter()
         x_hat = codec.decode(received, shape)
@@ -148,10 +141,9 @@ def measure(
             wire_times.append(t2 - t1)
             decode_times.append(t3 - t2)
     encode_s, decode_s = statistics.median(encode_times), statistics.median(decode_times)
-    wire_s = statistics.median(wire_times) if data is not None else None
-    total = encode_s + decode_s + (wire_s or 0.0)
+    wire_s = statistics.median(wire_times)
+    total = encode_s + wire_s + decode_s
     bound_bytes = information_bits(payload) / 8
-    wire_bytes = len(data) if data is not None else None
     error = float(torch.linalg.vector_norm(x - x_hat) / torch.linalg.vector_norm(x))
     return Row(
         codec=name,
@@ -164,9 +156,9 @@ def measure(
         total_s=total,
         clone_s=clone_s,
         throughput_gbs=x.numel() * 4 / total / 1e9,
-        wire_bytes=wire_bytes,
+        wire_bytes=len(data),
         bound_bytes=bound_bytes,
-        over_bound=wire_bytes / bound_bytes if wire_bytes is not None else None,
+        over_bound=len(data) / bound_bytes,
         rel_error=error,
     )
 
@@ -207,13 +199,13 @@ def _table(rows: list[Row]) -> Table:
             f"{r.n:,}",
             f"{r.density:g}" if r.density is not None else "-",
             f"{r.encode_s:.4f}",
-            f"{r.wire_s:.4f}" if r.wire_s is not None else "n/a",
+            f"{r.wire_s:.4f}",
             f"{r.decode_s:.4f}",
             f"{r.total_s:.4f}",
             f"{r.total_s / r.clone_s:.1f}",
             f"{r.throughput_gbs:.2f}",
-            f"{r.wire_bytes:,}" if r.wire_bytes is not None else "n/a",
-            f"{r.over_bound:.3f}" if r.over_bound is not None else "n/a",
+            f"{r.wire_bytes:,}",
+            f"{r.over_bound:.3f}",
             f"{r.rel_error:.3f}",
         )
     return table
@@ -231,8 +223,6 @@ def main() -> None:
     sizes = [10_000, 100_000] if args.quick else [_size(s) for s in args.sizes.split(",")]
     repeats = 2 if args.quick else args.repeats
     console = Console(width=180)
-    if wire_encode is None:
-        console.print("[yellow]thinwire.wire.encode is not available: wire columns are n/a")
     rows: list[Row] = []
     for device in _devices(args.device):
         for n in sizes:

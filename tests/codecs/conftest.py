@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 import torch
+
 from thinwire.wire.payload import Payload
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

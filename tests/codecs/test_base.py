@@ -5,8 +5,9 @@ import importlib
 import math
 
 import pytest
-import thinwire.codecs
 import torch
+
+import thinwire.codecs
 from thinwire.codecs import (
     Codec,
     CodecInfo,

@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 import torch
+
 from thinwire.codecs import build, kinds, with_error_feedback
 from thinwire.config import CodecConfig
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import pywt
 import torch
+
 from thinwire.codecs import (
     chain,
     qsgd,

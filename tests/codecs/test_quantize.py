@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+
 from thinwire.codecs import cast, chain, qsgd, scaled_sign, top_k
 from thinwire.codecs import quantize as quantize_module
 from thinwire.wire.payload import QuantizedValues, RawValues, SignValues

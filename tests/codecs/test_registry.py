@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+
 from thinwire.codecs import (
     build,
     chain,

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+
 from thinwire.codecs import chain, random_block, random_k, seeded_indices
 from thinwire.wire.payload import SeededSupport, SeedScheme
 

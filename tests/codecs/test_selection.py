@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+
 from thinwire.codecs import selection
 from thinwire.codecs.selection import at_least, count_for, exact_top_k, sampled_top_k_indices
 

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+
 from thinwire.codecs import adaptive_top_k, chain, rtop_k, sampled_top_k, threshold, top_k
 from thinwire.wire.payload import DenseSupport, SparseSupport
 

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+
 from thinwire.codecs.support import (
     MAX_SEEDED_DOMAIN,
     block_start,

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import pywt
 import torch
+
 from thinwire.codecs import chain, top_k, wavelet, wavelet_lengths
 from thinwire.codecs.wavelet import _torch_forward, _torch_inverse
 

@@ -1,12 +1,9 @@
-"""Codec payloads through the real wire format: they survive it, and cost what they should.
-
-Needs `thinwire.wire.encode` / `decode` (written on branch `wire`). Until that branch is
-merged these tests are skipped with that reason; they run as soon as it is.
-"""
+"""Codec payloads through the real wire format: they survive it, and cost what they should."""
 
 import pytest
-import thinwire.wire
 import torch
+
+import thinwire.wire
 from thinwire.codecs import (
     cast,
     chain,
@@ -21,11 +18,6 @@ from thinwire.codecs import (
     with_error_feedback,
 )
 from thinwire.wire.payload import Kind, TensorSpec, Update
-
-pytestmark = pytest.mark.skipif(
-    not hasattr(thinwire.wire, "encode"),
-    reason="thinwire.wire.encode/decode are not merged yet (branch `wire`)",
-)
 
 CODECS = {
     "top_k": lambda: chain(top_k(0.01)),
