@@ -12,7 +12,6 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-
 from thinwire.wire import (
     DenseSupport,
     Kind,
