@@ -85,7 +85,9 @@ class ModelCodec:
             payloads[name], new_state[name] = self._codecs[name].encode(x, state[name])
         return payloads, new_state
 
-    def decode(self, payloads: Mapping[str, Payload], device: torch.device) -> dict[str, torch.Tensor]:
+    def decode(
+        self, payloads: Mapping[str, Payload], device: torch.device
+    ) -> dict[str, torch.Tensor]:
         """Named tensors (float32, on `device`) from payloads produced by `encode`."""
         decoded = {
             name: codec.decode(payloads[name].to(device), self._shapes[name])
@@ -100,4 +102,3 @@ class ModelCodec:
             out[s.name] = flat[offset : offset + s.numel].reshape(s.shape)
             offset += s.numel
         return out
-
