@@ -225,8 +225,9 @@ def qsgd(levels: int, bucket: int = 0, *, seed: int) -> Quantizer:
         draw = _uniform_source(derive_seed(state.seed, state.step), v.device)
         codes = torch.empty(k, dtype=level_dtype, device=v.device)
         for start, stop in _spans(k, bucket, v.device):
-            noise = draw(stop - start)
-            rounded = torch.addcmul(noise, v[start:stop], _expand(factors, bucket, start, stop))
+            rounded = draw(stop - start).addcmul_(
+                v[start:stop], _expand(factors, bucket, start, stop)
+            )
             codes[start:stop] = rounded.floor_().clamp_(-levels, levels)
         values = QuantizedValues(codes, norms, levels, bucket)
         return values, QSGDState(state.seed, state.step + 1)
