@@ -30,7 +30,7 @@ from thinwire.learning import Workspace, learning_rate, local_steps_for, train_l
 from thinwire.policies import Decision, PolicyInput, build_policy
 from thinwire.wire import Kind, Update, WireError, client_id, decode, encode
 
-__all__ = ["Client", "ClientResult", "ClientState", "client_name"]
+__all__ = ["Client", "ClientResult", "ClientState"]
 
 _CODEC_SEED, _TRAIN_SEED, _POLICY_SEED = 1, 2, 3
 
@@ -136,7 +136,9 @@ class Client:
         start = time.perf_counter()
         state = self.state
         policy_state = (
-            self.policy.delivered(delivered, state.policy) if delivered is not None else state.policy
+            self.policy.delivered(delivered, state.policy)
+            if delivered is not None
+            else state.policy
         )
         carry = self._reclaim_pending(delivered)
         view = self._apply_downlink(downlink, round)
@@ -157,7 +159,9 @@ class Client:
             generator=generator,
         )
         local = self.workspace.tensors()
-        update = {k: local[k] - view[k] + carry[k] if k in carry else local[k] - view[k] for k in view}
+        update = {
+            k: local[k] - view[k] + carry[k] if k in carry else local[k] - view[k] for k in view
+        }
 
         decision, policy_state = self.policy.decide(PolicyInput(round, update), policy_state)
         if not decision.transmit:

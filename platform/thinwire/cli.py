@@ -45,27 +45,43 @@ def _load(path: Path, overrides: list[str] | None) -> Experiment:
         raise typer.Exit(2) from None
 
 
-def _summary_table(title: str, rows: list[dict[str, Any]]) -> Table:
-    table = Table(title=title, title_justify="left")
-    for column in ("run", "rounds", "final acc", "best acc", "uplink", "downlink", "updates",
-                   "sim. network", "wall"):
-        table.add_column(column, justify="left" if column == "run" else "right")
-    for row in rows:
-        def pct(key: str, row: dict[str, Any] = row) -> str:
-            value = float(row.get(key, math.nan))
-            return "-" if math.isnan(value) else f"{value:.2%}"
+def _pct(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.2%}"
 
-        table.add_row(
-            str(row["run"]),
-            f"{row['rounds']:.0f}",
-            pct("final_accuracy"),
-            pct("best_accuracy"),
-            format_bytes(row["total_bytes_up"]),
-            format_bytes(row["total_bytes_down"]),
-            f"{row['updates_sent']:.0f}",
-            f"{row['sim_time_s']:.2f} s",
-            f"{row['wall_s']:.2f} s",
-        )
+
+def _summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    rows = [
+        ("rounds", f"{summary['rounds']:.0f}"),
+        ("final accuracy", _pct(float(summary["final_accuracy"]))),
+        ("best accuracy", _pct(float(summary["best_accuracy"]))),
+        ("uplink bytes", format_bytes(summary["total_bytes_up"])),
+        ("downlink bytes", format_bytes(summary["total_bytes_down"])),
+        ("updates sent", f"{summary['updates_sent']:.0f}"),
+        ("simulated network time", f"{summary['sim_time_s']:.2f} s"),
+        ("wall time", f"{summary['wall_s']:.2f} s"),
+    ]
+    if "last_epsilon" in summary:
+        rows.append(("privacy spent (epsilon)", f"{summary['last_epsilon']:.3f}"))
+    return rows
+
+
+def _run_table(title: str, summary: dict[str, Any]) -> Table:
+    table = Table(title=title, title_justify="left", show_header=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    for name, value in _summary_rows(summary):
+        table.add_row(name, value)
+    return table
+
+
+def _comparison_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="comparison", title_justify="left")
+    table.add_column("run")
+    names = [name for name, _ in _summary_rows(rows[0])] if rows else []
+    for name in names:
+        table.add_column(name, justify="right")
+    for row in rows:
+        table.add_row(str(row["run"]), *(value for _, value in _summary_rows(row)))
     return table
 
 
@@ -87,9 +103,12 @@ def run(
         )
     recorder = RunRecorder(experiment)
     enabled = not quiet and sys.stderr.isatty()
-    with recorder, RoundProgress(
-        experiment.train.rounds, description=experiment.name, enabled=enabled
-    ) as progress:
+    with (
+        recorder,
+        RoundProgress(
+            experiment.train.rounds, description=experiment.name, enabled=enabled
+        ) as progress,
+    ):
 
         def on_round(record: dict[str, float | int]) -> None:
             recorder.add(record)
@@ -97,8 +116,7 @@ def run(
 
         simulate(experiment, on_round=on_round)
     summary = recorder.close()
-    console.print(_summary_table(f"{experiment.name}", [{"run": recorder.dir.name, **summary}]))
-    console.print(f"run folder: [bold]{recorder.dir}[/]")
+    console.print(_run_table(f"{experiment.name} ({recorder.dir})", summary))
 
 
 @app.command()
@@ -121,7 +139,8 @@ def compare(
     except (FileNotFoundError, ValueError) as exc:
         _fail(str(exc))
     plot_comparison(records, out, title="thinwire runs")
-    console.print(_summary_table("comparison", rows))
+    wide = Console(width=max(console.width, 160))
+    wide.print(_comparison_table(rows))
     console.print(f"plot: [bold]{out}[/]")
 
 

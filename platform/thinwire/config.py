@@ -233,9 +233,7 @@ class DGCFeedback(Section):
     nesterov: bool = False
 
 
-Feedback = Annotated[
-    NoFeedback | ResidualFeedback | DGCFeedback, Field(discriminator="kind")
-]
+Feedback = Annotated[NoFeedback | ResidualFeedback | DGCFeedback, Field(discriminator="kind")]
 
 
 def _feedback_shorthand(value: Any) -> Any:
@@ -366,9 +364,7 @@ class ResNet20(Section):
     kind: Literal["resnet20"] = "resnet20"
 
 
-ModelConfig = Annotated[
-    LogisticRegression | MLP | CNN | ResNet20, Field(discriminator="kind")
-]
+ModelConfig = Annotated[LogisticRegression | MLP | CNN | ResNet20, Field(discriminator="kind")]
 
 
 # --------------------------------------------------------------------------- training
@@ -427,9 +423,7 @@ class InverseTimeLR(Section):
     a: PositiveFloat = 10.0
 
 
-LRSchedule = Annotated[
-    ConstantLR | StepLR | CosineLR | InverseTimeLR, Field(discriminator="kind")
-]
+LRSchedule = Annotated[ConstantLR | StepLR | CosineLR | InverseTimeLR, Field(discriminator="kind")]
 
 
 class ServerStep(Section):

@@ -79,7 +79,9 @@ _REGISTRY: dict[str, Callable[[Any, int], Policy]] = {
 }
 
 
-def register_policy(kind: str, factory: Callable[[Any, int], Policy], *, force: bool = False) -> None:
+def register_policy(
+    kind: str, factory: Callable[[Any, int], Policy], *, force: bool = False
+) -> None:
     """Makes `policy: {kind: <kind>}` build `factory(config_section, seed)`.
 
     Raises:

@@ -57,9 +57,7 @@ def _run_star(
     on_round: Callable[[Record], None] | None,
 ) -> SimulationResult:
     workspace = federation.workspace
-    aggregator = Aggregator(
-        experiment=experiment, workspace=workspace, initial=workspace.tensors()
-    )
+    aggregator = Aggregator(experiment=experiment, workspace=workspace, initial=workspace.tensors())
     clients = [
         Client(index=i, experiment=experiment, x=x, y=y, workspace=workspace)
         for i, (x, y) in enumerate(federation.all_client_data())

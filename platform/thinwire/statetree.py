@@ -26,7 +26,7 @@ def _is_namedtuple(value: Any) -> bool:
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Leaf]:
     """Maps every leaf of `tree` to its '/'-joined path (field names, keys, indices)."""
-    if isinstance(tree, torch.Tensor) or isinstance(tree, _SCALARS):
+    if isinstance(tree, (torch.Tensor, *_SCALARS)):
         return {prefix or "/": tree}
     items: list[tuple[str, Any]]
     if _is_namedtuple(tree):

@@ -11,13 +11,13 @@ def _train(schedule, rounds=10, lr=0.1):
 
 def test_constant_is_lr_every_round():
     train = _train({"kind": "constant"})
-    assert [learning_rate(train, t) for t in range(10)] == [0.1] * 10
+    assert [learning_rate(train, t) for t in range(1, 11)] == [0.1] * 10
 
 
 def test_step_multiplies_by_gamma_at_each_milestone():
     train = _train({"kind": "step", "milestones": [3, 6], "gamma": 0.5})
-    rates = [learning_rate(train, t) for t in range(10)]
-    assert rates == pytest.approx([0.1] * 3 + [0.05] * 3 + [0.025] * 4)
+    rates = [learning_rate(train, t) for t in range(1, 11)]
+    assert rates == pytest.approx([0.1] * 2 + [0.05] * 3 + [0.025] * 5)
 
 
 def test_step_applies_a_repeated_milestone_twice():
@@ -27,7 +27,7 @@ def test_step_applies_a_repeated_milestone_twice():
 
 def test_cosine_decays_from_lr_towards_final_lr():
     train = _train({"kind": "cosine", "final": 0.1}, rounds=4, lr=1.0)
-    rates = [learning_rate(train, t) for t in range(4)]
+    rates = [learning_rate(train, t) for t in range(1, 5)]
     expected = [0.1 + 0.9 * (1 + math.cos(math.pi * t / 4)) / 2 for t in range(4)]
     assert rates == pytest.approx(expected)
     assert rates[0] == 1.0
@@ -37,10 +37,10 @@ def test_cosine_decays_from_lr_towards_final_lr():
 
 def test_inverse_time_is_lr_a_over_a_plus_t():
     train = _train({"kind": "inverse_time", "a": 4.0}, rounds=20, lr=1.0)
-    assert [learning_rate(train, t) for t in (0, 4, 12)] == pytest.approx([1.0, 0.5, 0.25])
+    assert [learning_rate(train, t) for t in (1, 5, 13)] == pytest.approx([1.0, 0.5, 0.25])
 
 
-@pytest.mark.parametrize("round_", [-1, 10])
+@pytest.mark.parametrize("round_", [0, 11])
 def test_rounds_outside_the_run_are_rejected(round_):
-    with pytest.raises(ValueError, match=r"round -?\d+ is outside the run's rounds \[0, 10\)"):
+    with pytest.raises(ValueError, match=r"round \d+ is outside the run's rounds \[1, 10\]"):
         learning_rate(_train({"kind": "constant"}), round_)

@@ -37,7 +37,6 @@ from thinwire.learning.model_state import (
 from thinwire.learning.models import build_model
 from thinwire.learning.partition import client_indices, partition
 from thinwire.learning.schedule import learning_rate
-from thinwire.learning.workspace import Workspace
 from thinwire.learning.train import (
     Evaluation,
     TrainStats,
@@ -48,6 +47,7 @@ from thinwire.learning.train import (
     train_local,
     train_steps,
 )
+from thinwire.learning.workspace import Workspace
 
 __all__ = [
     "DATASETS",

@@ -21,27 +21,31 @@ def learning_rate(train: TrainConfig, round: int) -> float:
     With T = `train.rounds` and lr = `train.lr`:
 
     - constant: lr.
-    - step: lr * gamma^m, where m counts the milestones <= round (a milestone listed twice
-      applies twice, as in `torch.optim.lr_scheduler.MultiStepLR`).
-    - cosine: final*lr + (lr - final*lr) * (1 + cos(pi * round / T)) / 2. The curve reaches
-      final*lr at the end of the run (round T), so the last round still trains with a small
+    - step: lr * gamma^m, where m counts the milestones <= round: milestone 30 lowers the
+      rate from round 30 on (a milestone listed twice applies twice, as in
+      `torch.optim.lr_scheduler.MultiStepLR`).
+    - cosine: final*lr + (lr - final*lr) * (1 + cos(pi * (round - 1) / T)) / 2. The curve
+      would reach final*lr after round T, so the last round still trains with a small
       positive rate instead of being wasted at exactly `final * lr`.
-    - inverse_time: lr * a / (a + round), the O(1/t) decay of convex SGD analyses.
+    - inverse_time: lr * a / (a + round - 1), the O(1/t) decay of convex SGD analyses.
 
     Args:
         train: the training section; `schedule`, `lr` and `rounds` are used.
-        round: the 0-based round, in [0, train.rounds).
+        round: the 1-based round, in [1, train.rounds] (rounds are numbered from 1
+            everywhere in thinwire: records, updates, schedules).
 
     Raises:
-        ValueError: `round` is outside [0, train.rounds).
+        ValueError: `round` is outside [1, train.rounds].
 
     Examples:
         >>> from thinwire.config import TrainConfig
         >>> learning_rate(TrainConfig(lr=0.1, schedule={"kind": "step", "milestones": [2]}), 2)
         0.010000000000000002
+        >>> learning_rate(TrainConfig(lr=0.1, schedule={"kind": "step", "milestones": [2]}), 1)
+        0.1
     """
-    if not 0 <= round < train.rounds:
-        raise ValueError(f"round {round} is outside the run's rounds [0, {train.rounds})")
+    if not 1 <= round <= train.rounds:
+        raise ValueError(f"round {round} is outside the run's rounds [1, {train.rounds}]")
     schedule = train.schedule
     lr = train.lr
     if isinstance(schedule, ConstantLR):
@@ -51,7 +55,7 @@ def learning_rate(train: TrainConfig, round: int) -> float:
         return lr * schedule.gamma**passed
     if isinstance(schedule, CosineLR):
         floor = schedule.final * lr
-        return floor + (lr - floor) * (1.0 + math.cos(math.pi * round / train.rounds)) / 2.0
+        return floor + (lr - floor) * (1.0 + math.cos(math.pi * (round - 1) / train.rounds)) / 2.0
     if isinstance(schedule, InverseTimeLR):
-        return lr * schedule.a / (schedule.a + round)
+        return lr * schedule.a / (schedule.a + round - 1)
     assert_never(schedule)
