@@ -11,28 +11,59 @@ Round, from the client's side:
    collision, a rejected message), its decoded content is carried into this round.
 2. Apply the downlink: a full model replaces the client's copy; a compressed model delta is
    added to it (the server's public copy, kept identical on both ends).
-3. Train `local_steps` from that copy; the update is local model minus copy, plus carry.
+3. Train `local_steps` from that copy, with the batch size the policy sets for the round
+   (CSGD grows it); the update is local model minus copy, plus carry. With a `privacy`
+   section the training is DP-SGD (`thinwire.learning.train_private`): the round's shared
+   random-sparsification mask confines it to the kept coordinates, the steps are recorded
+   in the client's privacy ledger, and epsilon is reported with the result.
 4. The send policy decides: transmit (encode with the uplink codec, error feedback inside
-   the codec) or stay silent (keep the update as carry, or drop it).
+   the codec, in the random-access slot the policy picked) or stay silent (keep the update
+   as carry, or drop it).
+
+Everything after step 3 (policy, codec, carry) only post-processes the DP-SGD output, so it
+costs no privacy; a `shared_mask` uplink codec sends just the mask's coordinates and seed.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, NamedTuple
 
 import torch
 
+from thinwire.codecs import install_mask
 from thinwire.codecs.model import ModelCodec
 from thinwire.codecs.support import derive_seed
-from thinwire.config import Experiment
-from thinwire.learning import Workspace, learning_rate, local_steps_for, train_local
-from thinwire.policies import Decision, PolicyInput, build_policy
+from thinwire.config import Experiment, PrivacyConfig, SharedMask
+from thinwire.learning import (
+    TrainStats,
+    Workspace,
+    learning_rate,
+    local_steps_for,
+    train_local,
+    train_private,
+)
+from thinwire.policies import Decision, PolicyContext, PolicyInput, build_policy
+from thinwire.privacy import (
+    PrivacyLedger,
+    drop_rate,
+    epsilon,
+    mask_tensors,
+    noise_multiplier_for,
+    open_ledger,
+    record,
+    round_mask,
+)
 from thinwire.wire import Kind, Update, WireError, client_id, decode, encode
+from thinwire.wire.payload import SeededSupport
 
-__all__ = ["Client", "ClientResult", "ClientState"]
+__all__ = ["Client", "ClientResult", "ClientState", "PrivacyPlan"]
 
-_CODEC_SEED, _TRAIN_SEED, _POLICY_SEED = 1, 2, 3
+_CODEC_SEED, _TRAIN_SEED, _POLICY_SEED, _NOISE_SEED = 1, 2, 3, 5
+
+EPSILON_METRIC = "epsilon"
+"""Update metric carrying the sender's privacy spent so far (with a `privacy` section)."""
 
 
 class ClientState(NamedTuple):
@@ -43,6 +74,7 @@ class ClientState(NamedTuple):
     view: dict[str, torch.Tensor]  # the client's copy of the global model, float32
     carry: dict[str, torch.Tensor]  # undelivered update mass for the next round; {} if none
     pending: torch.Tensor  # (bytes,) uint8: last sent update until its outcome is known
+    privacy: PrivacyLedger | None = None  # the DP-SGD steps run so far; None without privacy
 
 
 class ClientResult(NamedTuple):
@@ -53,6 +85,48 @@ class ClientResult(NamedTuple):
     train_loss: float
     num_examples: int
     compute_s: float  # local training + encoding time
+    epsilon: float | None = None  # privacy spent after this round; None without privacy
+
+
+class PrivacyPlan(NamedTuple):
+    """A client's DP-SGD parameters, fixed for the run."""
+
+    noise_multiplier: float  # sigma: calibrated from privacy.target_epsilon, or as configured
+    sample_rate: float  # q = B / N
+    batch_size: int  # B = min(train.batch_size, N)
+    delta: float
+    max_grad_norm: float
+
+    @classmethod
+    def for_client(cls, experiment: Experiment, privacy: PrivacyConfig, n: int) -> PrivacyPlan:
+        """The plan of a client holding `n` examples; validates delta against n.
+
+        With a target epsilon, sigma is calibrated so that a client taking part in all
+        `train.rounds` rounds spends exactly the target; a client that takes part in fewer
+        rounds (partial participation) spends less.
+
+        Raises:
+            ValueError: delta >= 1/n, or a target no noise level can meet.
+        """
+        if not privacy.delta < 1.0 / n:
+            raise ValueError(
+                f"privacy.delta = {privacy.delta:g} must be below 1/N = 1/{n} for a client "
+                f"holding N = {n} training examples (delta is the chance of a total leak); "
+                f"use a delta below {1.0 / n:.3g}"
+            )
+        batch = min(experiment.train.batch_size, n)
+        sample_rate = batch / n
+        sigma = privacy.noise_multiplier
+        if sigma is None:
+            assert privacy.target_epsilon is not None  # the config sets exactly one
+            steps = experiment.train.rounds * local_steps_for(experiment.train, n)
+            sigma = noise_multiplier_for(
+                target_epsilon=privacy.target_epsilon,
+                delta=privacy.delta,
+                sample_rate=sample_rate,
+                steps=steps,
+            )
+        return cls(sigma, sample_rate, batch, privacy.delta, privacy.max_grad_norm)
 
 
 class Client:
@@ -85,7 +159,27 @@ class Client:
             else None
         )
         self.dense = ModelCodec.dense(workspace.spec)
-        self.policy = build_policy(experiment.policy, seed=derive_seed(seed, _POLICY_SEED, index))
+        self.policy = build_policy(
+            experiment.policy,
+            PolicyContext(
+                seed=derive_seed(seed, _POLICY_SEED, index),
+                client=index,
+                clients=experiment.data.clients,
+                slots=experiment.channel.slots,
+            ),
+        )
+        self.privacy = (
+            PrivacyPlan.for_client(experiment, experiment.privacy, int(x.shape[0]))
+            if experiment.privacy is not None
+            else None
+        )
+        if self.privacy is not None:
+            warnings.warn(
+                "DP noise is drawn from seeds derived from the experiment seed: runs replay "
+                "exactly, but anyone who knows the seed can regenerate and remove the noise. "
+                "Keep the seed secret (or unique per deployment) outside research runs.",
+                stacklevel=2,
+            )
         self.state = state if state is not None else self.initial_state()
 
     def initial_state(self) -> ClientState:
@@ -97,6 +191,11 @@ class Client:
             view=zeros,
             carry={},
             pending=torch.empty(0, dtype=torch.uint8),
+            privacy=(
+                open_ledger(self.privacy.noise_multiplier, self.privacy.sample_rate)
+                if self.privacy is not None
+                else None
+            ),
         )
 
     def _apply_downlink(self, data: bytes, round: int) -> dict[str, torch.Tensor]:
@@ -121,6 +220,73 @@ class Client:
             carry = {k: carry[k] + lost[k] if k in carry else lost[k] for k in lost}
         return carry
 
+    def _mask(self, round: int) -> SeededSupport | None:
+        """This round's random-sparsification mask over the flattened model (shared)."""
+        privacy = self.experiment.privacy
+        if privacy is None or privacy.sparsity is None:
+            return None
+        rate = drop_rate(privacy.sparsity, round, self.experiment.train.rounds)
+        n = sum(s.numel for s in self.workspace.spec)
+        return round_mask(self.experiment.seed, round, n, rate)
+
+    def _train(
+        self, view: dict[str, torch.Tensor], round: int, ledger: PrivacyLedger | None
+    ) -> tuple[TrainStats, PrivacyLedger | None]:
+        """Local training from `view`: plain, or DP-SGD recorded in `ledger`."""
+        train = self.experiment.train
+        n = int(self.x.shape[0])
+        generator = torch.Generator(device="cpu").manual_seed(
+            derive_seed(self.experiment.seed, _TRAIN_SEED, self.index, round)
+        )
+        lr = learning_rate(train, round)
+        self.workspace.load(view)
+        if self.privacy is None or ledger is None:
+            batch = min(self.policy.batch_size(round, train.batch_size), n)
+            schedule = train.model_copy(update={"batch_size": batch})
+            stats = train_local(
+                self.workspace.model,
+                self.x,
+                self.y,
+                steps=local_steps_for(schedule, n),
+                batch_size=batch,
+                lr=lr,
+                optimizer=train.optimizer,
+                generator=generator,
+            )
+            return stats, ledger
+        plan = self.privacy
+        taken = 0
+
+        def count_step() -> None:
+            nonlocal taken
+            taken += 1
+
+        noise = torch.Generator(device=self.workspace.device).manual_seed(
+            derive_seed(self.experiment.seed, _NOISE_SEED, self.index, round)
+        )
+        stats = train_private(
+            self.workspace.model,
+            self.x,
+            self.y,
+            steps=local_steps_for(train, n),
+            batch_size=plan.batch_size,
+            lr=lr,
+            optimizer=train.optimizer,
+            generator=generator,
+            noise_multiplier=plan.noise_multiplier,
+            max_grad_norm=plan.max_grad_norm,
+            noise_generator=noise,
+            mask=mask_tensors(self._mask(round), view),
+            on_step=count_step,
+        )
+        ledger = record(
+            ledger,
+            noise_multiplier=plan.noise_multiplier,
+            sample_rate=plan.sample_rate,
+            steps=taken,
+        )
+        return stats, ledger
+
     def train_round(self, downlink: bytes, round: int, *, delivered: bool | None) -> ClientResult:
         """Runs one round (see the module docstring) and advances `self.state`.
 
@@ -143,41 +309,43 @@ class Client:
         carry = self._reclaim_pending(delivered)
         view = self._apply_downlink(downlink, round)
 
-        self.workspace.load(view)
-        steps = local_steps_for(self.experiment.train, int(self.x.shape[0]))
-        generator = torch.Generator(device="cpu").manual_seed(
-            derive_seed(self.experiment.seed, _TRAIN_SEED, self.index, round)
-        )
-        stats = train_local(
-            self.workspace.model,
-            self.x,
-            self.y,
-            steps=steps,
-            batch_size=self.experiment.train.batch_size,
-            lr=learning_rate(self.experiment.train, round),
-            optimizer=self.experiment.train.optimizer,
-            generator=generator,
+        stats, ledger = self._train(view, round, state.privacy)
+        spent = (
+            epsilon(ledger.history, self.privacy.delta)
+            if ledger is not None and self.privacy is not None
+            else None
         )
         local = self.workspace.tensors()
-        update = {
-            k: local[k] - view[k] + carry[k] if k in carry else local[k] - view[k] for k in view
-        }
+        fresh = {k: local[k] - view[k] for k in view}
+        update = {k: fresh[k] + carry[k] if k in carry else fresh[k] for k in fresh}
 
-        decision, policy_state = self.policy.decide(PolicyInput(round, update), policy_state)
+        decision, policy_state = self.policy.decide(
+            PolicyInput(round, update, fresh if carry else None), policy_state
+        )
         if not decision.transmit:
             self.state = ClientState(
-                state.codec, policy_state, view, update if decision.keep_unsent else {}, _NO_BYTES
+                state.codec,
+                policy_state,
+                view,
+                update if decision.keep_unsent else {},
+                _NO_BYTES,
+                ledger,
             )
-            return ClientResult(None, decision, stats.loss, stats.examples, _since(start))
+            return ClientResult(None, decision, stats.loss, stats.examples, _since(start), spent)
 
-        payloads, codec_state = self.uplink.encode(update, state.codec)
+        codec_state = state.codec
+        if isinstance(self.experiment.codec.select, SharedMask):
+            codec_state = install_mask(codec_state, self._mask(round))
+        payloads, codec_state = self.uplink.encode(update, codec_state)
         metrics = {"num_examples": float(self.x.shape[0]), "train_loss": stats.loss}
         if decision.slot is not None:
             metrics["slot"] = float(decision.slot)
+        if spent is not None:
+            metrics[EPSILON_METRIC] = spent
         data = encode(Update(self.name, round, Kind.MODEL_DELTA, payloads, metrics))
         pending = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        self.state = ClientState(codec_state, policy_state, view, {}, pending)
-        return ClientResult(data, decision, stats.loss, stats.examples, _since(start))
+        self.state = ClientState(codec_state, policy_state, view, {}, pending, ledger)
+        return ClientResult(data, decision, stats.loss, stats.examples, _since(start), spent)
 
 
 _NO_BYTES = torch.empty(0, dtype=torch.uint8)

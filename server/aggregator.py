@@ -10,6 +10,19 @@ server keeps a *public copy* x_pub of the model that clients also hold; each rou
 C(x - x_pub) and both ends add its decoded value to x_pub (what C dropped stays in
 x - x_pub, so nothing is lost: this is error feedback on the downlink). A client that missed
 a round no longer holds x_pub and gets the full public copy instead, counted in bytes.
+
+Silent clients (CSGD censoring): the runtime reports a selected client that replied without
+an update with `silent(client)`. When the policy asks for it (`Policy.reuses_silent`), the
+server keeps each client's last decoded update and its example count, and averages a silent
+client's last update in place of the one it did not send; a client that has never delivered
+one is left out. Memory: one model-sized float32 copy per client that has delivered.
+
+Random-access uplink (`channel.slots`): every update names the slot it was sent in
+(metric `slot`); `finish_round` arbitrates the frame like the channel would
+(`thinwire.channel.arbitrate`): a slot with one update delivers it, a slot with two or more
+loses all of them. Lost updates are reported as not delivered, which reaches their senders
+next round (they carry the content forward). The delivered updates are summed and divided
+by the number of selected clients, not averaged over the deliveries (see `finish_round`).
 """
 
 from __future__ import annotations
@@ -21,10 +34,12 @@ from typing import Any, NamedTuple
 
 import torch
 
+from thinwire.channel import SlotStats, arbitrate
 from thinwire.codecs.model import ModelCodec
 from thinwire.codecs.support import derive_seed
 from thinwire.config import Experiment
 from thinwire.learning import Evaluation, Workspace, evaluate
+from thinwire.policies import PolicyContext, build_policy
 from thinwire.wire import Kind, Update, WireError, client_id, decode, encode
 
 __all__ = ["Aggregator", "AggregatorState", "Receipt", "RoundResult"]
@@ -33,6 +48,9 @@ logger = logging.getLogger(__name__)
 
 MAX_EXAMPLES = 2**40
 """Largest example count a client may claim (weights are clipped to nothing larger)."""
+
+SLOT_METRIC = "slot"
+"""Update metric naming the random-access slot the update was sent in."""
 
 
 class Receipt(NamedTuple):
@@ -49,6 +67,10 @@ class RoundResult(NamedTuple):
     accepted: list[int]  # clients whose update went into the average
     rejected: dict[int, str]  # client -> why its update was refused
     delivered: dict[int, bool]  # for every client that sent: did its update count
+    silent: tuple[int, ...] = ()  # selected clients that replied without an update
+    reused: tuple[int, ...] = ()  # silent clients whose last update went into the average
+    collided: tuple[int, ...] = ()  # clients whose update was lost in a slot collision
+    slots: SlotStats | None = None  # use of the random-access frame; None without slots
 
 
 class AggregatorState(NamedTuple):
@@ -60,6 +82,8 @@ class AggregatorState(NamedTuple):
     public: dict[str, torch.Tensor]  # downlink public copy ({} without a downlink codec)
     downlink: dict[str, Any]  # downlink codec state ({} without a downlink codec)
     received: dict[str, int]  # client index (as str) -> last round it got the downlink
+    stale: dict[str, dict[str, torch.Tensor]]  # client (as str) -> last decoded update, float32
+    stale_examples: dict[str, float]  # client (as str) -> example count of that update
 
 
 class Aggregator:
@@ -89,12 +113,21 @@ class Aggregator:
             public={k: v.clone() for k, v in model.items()} if self.downlink else {},
             downlink=self.downlink.init(model) if self.downlink else {},
             received={},
+            stale={},
+            stale_examples={},
         )
+        self.slots = experiment.channel.slots
+        self.reuses_silent = build_policy(
+            experiment.policy,
+            PolicyContext(seed=0, client=0, clients=experiment.data.clients, slots=self.slots),
+        ).reuses_silent
+        """Whether silent clients' last updates are averaged (the policy's choice)."""
         self._round = 0
         self._recipients: set[int] = set()
         self._updates: dict[int, Update] = {}
         self._accepted: list[int] = []
         self._rejected: dict[int, str] = {}
+        self._silent: list[int] = []
 
     @property
     def model(self) -> dict[str, torch.Tensor]:
@@ -107,7 +140,7 @@ class Aggregator:
             raise ValueError(f"round {round} cannot follow round {self.state.round}")
         self._round = round
         self._recipients = set(recipients)
-        self._updates, self._accepted, self._rejected = {}, [], {}
+        self._updates, self._accepted, self._rejected, self._silent = {}, [], {}, []
         state = self.state
         received = dict(state.received)
         if self.downlink is None:
@@ -149,11 +182,36 @@ class Aggregator:
         self._accepted.append(client)
         return Receipt(True)
 
-    def _accumulate(self, client: int, data: bytes) -> None:
+    def silent(self, client: int) -> Receipt:
+        """Notes that `client` was selected but replied without an update; never raises.
+
+        The client censored itself, or kept its update back for lack of a slot. With
+        `reuses_silent`, its last delivered update stands in for it when the round finishes.
+        """
+        try:
+            self._check_reply(client)
+        except WireError as exc:
+            logger.warning("round %d: ignored silence of %s: %s", self._round, client, exc)
+            return Receipt(False, str(exc))
+        self._silent.append(client)
+        return Receipt(True)
+
+    def _check_reply(self, client: int) -> None:
         if client not in self._recipients:
             raise WireError(f"{client_id(client)} was not asked for an update in this round")
-        if client in self._accepted or client in self._rejected:
-            raise WireError(f"{client_id(client)} already sent an update this round")
+        if client in self._accepted or client in self._rejected or client in self._silent:
+            raise WireError(f"{client_id(client)} already replied this round")
+
+    def _check_slot(self, update: Update) -> None:
+        slots = self.slots
+        if slots is None:
+            return
+        slot = update.metrics.get(SLOT_METRIC, math.nan)
+        if not (math.isfinite(slot) and slot == int(slot) and 0 <= slot < slots):
+            raise WireError(f"metric slot must be an integer in [0, {slots}), got {slot}")
+
+    def _accumulate(self, client: int, data: bytes) -> None:
+        self._check_reply(client)
         update = decode(data, self.uplink.wire_spec, kind=Kind.MODEL_DELTA)
         if update.sender != client_id(client):
             raise WireError(f"sender {update.sender!r} does not match {client_id(client)!r}")
@@ -162,27 +220,63 @@ class Aggregator:
         examples = update.metrics.get("num_examples", math.nan)
         if not 1 <= examples <= MAX_EXAMPLES:
             raise WireError(f"metric num_examples must be in [1, 2**40], got {examples}")
+        self._check_slot(update)
         self._updates[client] = update
 
-    def _weighted_sum(self) -> tuple[dict[str, torch.Tensor], float]:
-        # Summed in client order, not arrival order, so every runtime gets the same bits.
-        total: dict[str, torch.Tensor] = {}
-        weight = 0.0
-        for client in sorted(self._updates):
-            update = self._updates[client]
-            examples = update.metrics["num_examples"]
-            delta = self.uplink.decode(update.tensors, self.workspace.device)
-            for k, v in delta.items():
-                total[k] = total[k] + v * examples if k in total else v * examples
-            weight += examples
-        return total, weight
+    def _arbitrate(self) -> tuple[dict[int, Update], list[int], SlotStats | None]:
+        """Updates through the random-access frame, collided senders, frame statistics.
+
+        Without slots: every update, no collision, None.
+        """
+        if self.slots is None:
+            return dict(self._updates), [], None
+        choices = {c: int(u.metrics[SLOT_METRIC]) for c, u in self._updates.items()}
+        outcome = arbitrate(choices, self.slots)
+        through = {c: u for c, u in self._updates.items() if outcome.delivered[c]}
+        collided = sorted(c for c, ok in outcome.delivered.items() if not ok)
+        return through, collided, outcome.stats
 
     def finish_round(self) -> RoundResult:
-        """Averages the accepted updates (weighted by examples) and applies the server step."""
+        """Arbitrates slots, averages the delivered (and reused) updates, applies the step.
+
+        The average is weighted by each update's `num_examples`, summed in client order
+        (not arrival order) so every runtime gets the same bits. On a random-access uplink
+        the delivered updates are summed with equal weights and divided by the number of
+        selected clients instead.
+        """
         state = self.state
         model, momentum = state.model, state.momentum
-        total, weight = self._weighted_sum()
-        if weight > 0:
+        through, collided, frame = self._arbitrate()
+        stale, stale_examples = state.stale, state.stale_examples
+        contributions: dict[int, tuple[dict[str, torch.Tensor], float]] = {}
+        for client in sorted(through):
+            update = through[client]
+            decoded = self.uplink.decode(update.tensors, self.workspace.device)
+            contributions[client] = (decoded, update.metrics["num_examples"])
+        reused: list[int] = []
+        if self.reuses_silent:
+            stale = dict(stale) | {str(c): d for c, (d, _) in contributions.items()}
+            stale_examples = dict(stale_examples) | {
+                str(c): e for c, (_, e) in contributions.items()
+            }
+            reused = sorted(c for c in self._silent if str(c) in stale)
+            for client in reused:
+                contributions[client] = (stale[str(client)], stale_examples[str(client)])
+        if self.slots is not None:
+            # Random access: sum what got through over all selected clients (AoG's
+            # x <- x + G / N). A lost or withheld update counts as zero now and arrives
+            # later as carried mass, so over time each client enters with weight 1/N; the
+            # example counts of clients not heard from are unknown, so weights are equal.
+            contributions = {c: (d, 1.0) for c, (d, _) in contributions.items()}
+        total: dict[str, torch.Tensor] = {}
+        weight = float(len(self._recipients)) if self.slots is not None else 0.0
+        for client in sorted(contributions):
+            delta, examples = contributions[client]
+            for k, v in delta.items():
+                total[k] = total[k] + v * examples if k in total else v * examples
+            if self.slots is None:
+                weight += examples
+        if total and weight > 0:
             server = self.experiment.train.server
             average = {k: v / weight for k, v in total.items()}
             if server.momentum > 0:
@@ -192,9 +286,25 @@ class Aggregator:
                 }
                 average = momentum
             model = {k: model[k] + server.lr * average[k] for k in model}
-        delivered = {c: True for c in self._accepted} | {c: False for c in self._rejected}
-        self.state = state._replace(round=self._round, model=model, momentum=momentum)
-        result = RoundResult(self._round, list(self._accepted), dict(self._rejected), delivered)
+        accepted = [c for c in self._accepted if c in through]
+        delivered = {c: c in through for c in self._accepted} | {c: False for c in self._rejected}
+        self.state = state._replace(
+            round=self._round,
+            model=model,
+            momentum=momentum,
+            stale=stale,
+            stale_examples=stale_examples,
+        )
+        result = RoundResult(
+            self._round,
+            accepted,
+            dict(self._rejected),
+            delivered,
+            silent=tuple(self._silent),
+            reused=tuple(reused),
+            collided=tuple(collided),
+            slots=frame,
+        )
         self._updates = {}
         return result
 

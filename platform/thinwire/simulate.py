@@ -10,10 +10,17 @@ network time.
 All clients share one model workspace (one `nn.Module` on the run's device); a client keeps
 only its data indices and its `ClientState`, so memory grows with the state each method
 needs (a residual per client for error feedback) and not with model copies.
+
+Besides the core keys (`thinwire.metrics.CORE_KEYS`), a round's record holds `censored`
+(selected clients that stayed silent) and `reused` (silent clients whose last update the
+server averaged) for every policy; `slot_successes`, `slot_collisions` and `slot_idle` on a
+random-access uplink; and `epsilon` (the largest privacy spent by any client so far) with
+a `privacy` section.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -29,6 +36,8 @@ from thinwire.metrics import Record
 from thinwire.server import Aggregator, sample_clients
 
 __all__ = ["SimulationResult", "simulate"]
+
+logger = logging.getLogger(__name__)
 
 
 class SimulationResult(NamedTuple):
@@ -65,8 +74,10 @@ def _run_star(
     channel = Channel(experiment.channel, len(clients))
     x_test, y_test = federation.test_data()
     outcomes: dict[int, bool] = {}
+    spent: dict[int, float] = {}
     records: list[Record] = []
     cum_up = cum_down = 0
+    warned_slot = False
     rounds = experiment.train.rounds
     for round in range(1, rounds + 1):
         start = time.perf_counter()
@@ -79,9 +90,23 @@ def _run_star(
             result = clients[c].train_round(downlink[c], round, delivered=outcomes.pop(c, None))
             compute = max(compute, result.compute_s)
             losses.append(result.train_loss)
-            if result.data is not None:
-                up[c] = len(result.data)
-                aggregator.receive(c, result.data)
+            if result.epsilon is not None:
+                spent[c] = result.epsilon
+            if result.data is None:
+                aggregator.silent(c)
+                continue
+            up[c] = len(result.data)
+            aggregator.receive(c, result.data)
+            if not warned_slot and not channel.fits_slot(c, up[c]):
+                warned_slot = True
+                logger.warning(
+                    "round %d: a %d-byte update needs longer than a %.1f ms slot at client "
+                    "%d's uplink rate; the frame time understates the transfer",
+                    round,
+                    up[c],
+                    experiment.channel.slot_ms,
+                    c,
+                )
         outcome = aggregator.finish_round()
         outcomes.update(outcome.delivered)
 
@@ -105,7 +130,15 @@ def _run_star(
             "wall_s": time.perf_counter() - start,
             "participants": len(participants),
             "rejected": len(outcome.rejected),
+            "censored": len(outcome.silent),
+            "reused": len(outcome.reused),
         }
+        if outcome.slots is not None:
+            record["slot_successes"] = outcome.slots.successes
+            record["slot_collisions"] = outcome.slots.collisions
+            record["slot_idle"] = outcome.slots.idle
+        if experiment.privacy is not None:
+            record["epsilon"] = max(spent.values(), default=0.0)
         records.append(record)
         if on_round is not None:
             on_round(record)

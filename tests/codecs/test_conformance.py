@@ -43,6 +43,9 @@ TABLE: dict[str, tuple[tuple[str, str], dict]] = {
         ("selector", "adaptive"),
         {"select": {"kind": "adaptive", "density": 0.05, "min_density": 0.01}},
     ),
+    # Before a mask is installed the shared mask keeps every coordinate (tests/codecs/test_masked.py
+    # covers installed masks).
+    "select-shared_mask": (("selector", "shared_mask"), {"select": {"kind": "shared_mask"}}),
     "quantize-none": (("quantizer", "none"), {"select": TOPK, "quantize": {"kind": "none"}}),
     "quantize-fp16": (("quantizer", "fp16"), {"quantize": {"kind": "fp16"}}),
     "quantize-bf16": (("quantizer", "bf16"), {"quantize": {"kind": "bf16"}}),

@@ -24,6 +24,7 @@ from thinwire.codecs.base import (
 )
 from thinwire.codecs.bounds import information_bits
 from thinwire.codecs.feedback import DGCState, ErrorFeedbackState, with_dgc, with_error_feedback
+from thinwire.codecs.masked import SharedMaskState, install_mask, shared_mask
 from thinwire.codecs.quantize import QSGDState, cast, qsgd, scaled_sign
 from thinwire.codecs.registry import (
     build,
@@ -59,6 +60,7 @@ __all__ = [
     "RandomBlockState",
     "RandomKState",
     "Selector",
+    "SharedMaskState",
     "Transform",
     "adaptive_top_k",
     "build",
@@ -66,6 +68,7 @@ __all__ = [
     "chain",
     "derive_seed",
     "information_bits",
+    "install_mask",
     "kinds",
     "qsgd",
     "random_block",
@@ -79,6 +82,7 @@ __all__ = [
     "scaled_sign",
     "scatter",
     "seeded_indices",
+    "shared_mask",
     "threshold",
     "top_k",
     "wavelet",

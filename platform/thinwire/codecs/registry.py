@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from thinwire import config as cfg
 from thinwire.codecs.base import Codec, Quantizer, Selector, Transform, chain
 from thinwire.codecs.feedback import with_dgc, with_error_feedback
+from thinwire.codecs.masked import shared_mask
 from thinwire.codecs.quantize import cast, qsgd, scaled_sign
 from thinwire.codecs.seeded import random_block, random_k
 from thinwire.codecs.sparsify import adaptive_top_k, rtop_k, sampled_top_k, threshold, top_k
@@ -60,6 +61,7 @@ _SELECTORS: dict[str, SelectorFactory] = {
     "adaptive": lambda c, seed: adaptive_top_k(
         c.density, min_density=c.min_density, max_density=c.max_density, decay=c.decay
     ),
+    "shared_mask": lambda c, seed: shared_mask(),
 }
 _QUANTIZERS: dict[str, QuantizerFactory] = {
     "none": lambda c, seed: None,

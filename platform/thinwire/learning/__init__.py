@@ -5,7 +5,8 @@
 - `partition` / `client_indices`: IID, Dirichlet label skew, label shards.
 - `build_model`: logreg, MLP, CNN, ResNet-20, initialized deterministically from a seed.
 - `train_local` / `evaluate`: index-batched local SGD on tensors already on the device,
-  built from `make_optimizer`, `batch_indices` and `train_steps` for other trainers to reuse.
+  built from `make_optimizer`, `batch_indices` and `train_steps` for other trainers to reuse;
+  `train_private` is the DP-SGD trainer built from them (`thinwire.privacy`).
 - `model_state` / `flatten` / `state_delta`: the named tensors that travel, and their flat form.
 - `Workspace` / `load_federation`: one model on a device shared by a process's roles, and
   a run's data, partitions and initial model set up from its config.
@@ -36,6 +37,7 @@ from thinwire.learning.model_state import (
 )
 from thinwire.learning.models import build_model
 from thinwire.learning.partition import client_indices, partition
+from thinwire.learning.private import train_private
 from thinwire.learning.schedule import learning_rate
 from thinwire.learning.train import (
     Evaluation,
@@ -76,6 +78,7 @@ __all__ = [
     "state_delta",
     "tensor_specs",
     "train_local",
+    "train_private",
     "train_steps",
     "unflatten",
 ]

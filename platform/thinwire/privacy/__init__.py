@@ -1,0 +1,48 @@
+"""Differential privacy for the star's clients: DP-SGD with random sparsification, on Opacus.
+
+- the mechanism (`engine`): `make_private` wraps a model and optimizer so that one step
+  masks, clips, sums, noises (on kept coordinates only) and scales, in that fixed order;
+- the public mask (`mask`): per round, a shared seeded subset of the flattened model's
+  coordinates and its drop-rate schedule (gradual cooling);
+- the ledger (`ledger`): what a client ran, as (sigma, q, steps) entries;
+- the analysis (`analysis`): epsilon of a ledger's history and the noise multiplier for a
+  target epsilon (Opacus's RDP analysis).
+
+The DP trainer that uses them is `thinwire.learning.train_private`; the client records its
+steps in its ledger and reports epsilon every round.
+
+Example:
+    >>> ledger = record(open_ledger(1.1, 0.01), noise_multiplier=1.1, sample_rate=0.01,
+    ...                 steps=1000)
+    >>> round(epsilon(ledger.history, delta=1e-5), 2)
+    1.71
+"""
+
+from thinwire.privacy.analysis import (
+    ORDERS,
+    check_delta,
+    epsilon,
+    noise_multiplier_for,
+    rdp_curve,
+)
+from thinwire.privacy.engine import PrivateTraining, SparseDPOptimizer, make_private, release
+from thinwire.privacy.ledger import PrivacyLedger, open_ledger, record
+from thinwire.privacy.mask import drop_rate, mask_tensors, round_mask
+
+__all__ = [
+    "ORDERS",
+    "PrivacyLedger",
+    "PrivateTraining",
+    "SparseDPOptimizer",
+    "check_delta",
+    "drop_rate",
+    "epsilon",
+    "make_private",
+    "mask_tensors",
+    "noise_multiplier_for",
+    "open_ledger",
+    "rdp_curve",
+    "record",
+    "release",
+    "round_mask",
+]
