@@ -15,6 +15,7 @@ and the caller records the count in its ledger (STYLE rule 11).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 
 import torch
@@ -93,6 +94,11 @@ def train_private(
         batches = batch_indices(
             x.shape[0], steps=steps, batch_size=batch, generator=generator, device=x.device
         )
-        return train_steps(private.module, private.optimizer, x, y, batches)
+        with warnings.catch_warnings():
+            # Opacus's per-sample hooks are full backward hooks; on the first layer (whose
+            # input needs no gradient) torch warns that they see only output gradients,
+            # which is all they use.
+            warnings.filterwarnings("ignore", message="Full backward hook is firing")
+            return train_steps(private.module, private.optimizer, x, y, batches)
     finally:
         release(private)

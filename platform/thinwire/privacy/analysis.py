@@ -123,8 +123,9 @@ def noise_multiplier_for(
     if not target_epsilon > 0.0 or steps < 1:
         raise ValueError(f"need target_epsilon > 0 and steps >= 1, got {target_epsilon}, {steps}")
     _check_mechanism(1.0, sample_rate, steps)
-    return float(
-        get_noise_multiplier(
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the search's probes hit the order range
+        sigma = get_noise_multiplier(
             target_epsilon=target_epsilon,
             target_delta=delta,
             sample_rate=sample_rate,
@@ -132,4 +133,4 @@ def noise_multiplier_for(
             accountant="rdp",
             epsilon_tolerance=_EPSILON_TOLERANCE,
         )
-    )
+    return float(sigma)
