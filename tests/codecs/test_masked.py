@@ -1,0 +1,73 @@
+"""The shared-mask selector: send the installed mask's coordinates, and only its seed."""
+
+import pytest
+import torch
+
+from thinwire.codecs import chain, install_mask, seeded_indices, shared_mask, with_error_feedback
+from thinwire.codecs.model import ModelCodec
+from thinwire.config import CodecConfig
+from thinwire.wire import Kind, Update, decode, encode
+from thinwire.wire.payload import DenseSupport, SeededSupport, SeedScheme, TensorSpec
+
+MASK = SeededSupport(seed=99, scheme=SeedScheme.RANDOM_K, count=30)
+
+
+def test_it_sends_the_values_at_the_mask_and_the_receiver_regenerates_the_coordinates():
+    codec = chain(shared_mask())
+    x = torch.randn(100, generator=torch.Generator().manual_seed(0))
+    payload, _ = codec.encode(x, install_mask(codec.init(x), MASK))
+    assert payload.support == MASK and payload.count == 30
+    kept = seeded_indices(MASK, 100)
+    expected = torch.zeros(100)
+    expected[kept] = x[kept]
+    assert torch.equal(codec.decode(payload, (100,)), expected)
+
+
+def test_before_a_mask_is_installed_everything_is_sent_densely():
+    codec = chain(shared_mask())
+    x = torch.arange(6.0)
+    payload, state = codec.encode(x, codec.init(x))
+    assert isinstance(payload.support, DenseSupport)
+    assert torch.equal(codec.decode(payload, (6,)), x)
+    assert install_mask(state, None) == state
+
+
+def test_install_finds_the_selector_inside_wrappers_and_per_tensor_states():
+    spec = (TensorSpec("model.w", (10, 10)),)
+    config = CodecConfig.model_validate(
+        {"scope": "model", "select": {"kind": "shared_mask"}, "error_feedback": True}
+    )
+    codec = ModelCodec(config, spec, seed=0)
+    tensors = {"model.w": torch.randn(10, 10)}
+    state = install_mask(codec.init(tensors), MASK)
+    payloads, state = codec.encode(tensors, state)
+    assert payloads["model"].support == MASK
+    # an exactly masked input leaves no residual for the error feedback to carry
+    masked = codec.decode(payloads, torch.device("cpu"))
+    _, after = codec.encode(masked, install_mask(codec.init(tensors), MASK))
+    assert after["model"].residual.abs().max() == 0
+
+
+def test_a_state_without_the_selector_is_refused():
+    codec = with_error_feedback(chain())
+    with pytest.raises(ValueError, match="no shared_mask selector"):
+        install_mask(codec.init(torch.zeros(3)), MASK)
+
+
+def test_the_mask_travels_as_8_seed_bytes_instead_of_an_index_list():
+    spec = (TensorSpec("w", (1000,)),)
+    masked = ModelCodec(
+        CodecConfig.model_validate({"select": {"kind": "shared_mask"}}), spec, seed=0
+    )
+    dense = ModelCodec.dense(spec)
+    x = {"w": torch.randn(1000)}
+    support = SeededSupport(5, SeedScheme.RANDOM_K, 100)
+    payloads, _ = masked.encode(x, install_mask(masked.init(x), support))
+    sent = encode(Update("client-0", 1, Kind.MODEL_DELTA, payloads))
+    full, _ = dense.encode(x, dense.init(x))
+    assert len(sent) < len(encode(Update("client-0", 1, Kind.MODEL_DELTA, full))) / 9
+    received = decode(sent, masked.wire_spec)
+    assert torch.equal(
+        masked.decode(received.tensors, torch.device("cpu"))["w"],
+        masked.decode(payloads, torch.device("cpu"))["w"],
+    )
