@@ -73,6 +73,10 @@ class RoundResult(NamedTuple):
     slots: SlotStats | None = None  # use of the random-access frame; None without slots
 
 
+_Contribution = tuple[dict[str, torch.Tensor], float]
+"""A decoded update and its weight (the sender's example count)."""
+
+
 class AggregatorState(NamedTuple):
     """Everything the server needs to resume a run (checkpoints)."""
 
@@ -236,6 +240,42 @@ class Aggregator:
         collided = sorted(c for c, ok in outcome.delivered.items() if not ok)
         return through, collided, outcome.stats
 
+    def _decode(self, updates: Mapping[int, Update]) -> dict[int, _Contribution]:
+        return {
+            c: (self.uplink.decode(u.tensors, self.workspace.device), u.metrics["num_examples"])
+            for c, u in sorted(updates.items())
+        }
+
+    def _reuse(
+        self, delivered: dict[int, _Contribution]
+    ) -> tuple[dict[int, _Contribution], AggregatorState]:
+        """Adds silent clients' last updates to `delivered` and stores the new ones."""
+        state = self.state
+        if not self.reuses_silent:
+            return delivered, state
+        stale = state.stale | {str(c): d for c, (d, _) in delivered.items()}
+        examples = state.stale_examples | {str(c): e for c, (_, e) in delivered.items()}
+        reused = {c: (stale[str(c)], examples[str(c)]) for c in self._silent if str(c) in stale}
+        return delivered | reused, state._replace(stale=stale, stale_examples=examples)
+
+    def _average(self, contributions: Mapping[int, _Contribution]) -> dict[str, torch.Tensor]:
+        """The weighted mean of the contributions ({} when there are none)."""
+        if self.slots is not None:
+            # Random access: sum what got through over all selected clients (AoG's
+            # x <- x + G / N). A lost or withheld update counts as zero now and arrives
+            # later as carried mass, so over time each client enters with weight 1/N; the
+            # example counts of clients not heard from are unknown, so weights are equal.
+            contributions = {c: (d, 1.0) for c, (d, _) in contributions.items()}
+            weight = float(len(self._recipients))
+        else:
+            weight = sum(e for _, e in contributions.values())
+        total: dict[str, torch.Tensor] = {}
+        for client in sorted(contributions):
+            delta, examples = contributions[client]
+            for k, v in delta.items():
+                total[k] = total[k] + v * examples if k in total else v * examples
+        return {k: v / weight for k, v in total.items()} if weight > 0 else {}
+
     def finish_round(self) -> RoundResult:
         """Arbitrates slots, averages the delivered (and reused) updates, applies the step.
 
@@ -244,41 +284,12 @@ class Aggregator:
         the delivered updates are summed with equal weights and divided by the number of
         selected clients instead.
         """
-        state = self.state
-        model, momentum = state.model, state.momentum
         through, collided, frame = self._arbitrate()
-        stale, stale_examples = state.stale, state.stale_examples
-        contributions: dict[int, tuple[dict[str, torch.Tensor], float]] = {}
-        for client in sorted(through):
-            update = through[client]
-            decoded = self.uplink.decode(update.tensors, self.workspace.device)
-            contributions[client] = (decoded, update.metrics["num_examples"])
-        reused: list[int] = []
-        if self.reuses_silent:
-            stale = dict(stale) | {str(c): d for c, (d, _) in contributions.items()}
-            stale_examples = dict(stale_examples) | {
-                str(c): e for c, (_, e) in contributions.items()
-            }
-            reused = sorted(c for c in self._silent if str(c) in stale)
-            for client in reused:
-                contributions[client] = (stale[str(client)], stale_examples[str(client)])
-        if self.slots is not None:
-            # Random access: sum what got through over all selected clients (AoG's
-            # x <- x + G / N). A lost or withheld update counts as zero now and arrives
-            # later as carried mass, so over time each client enters with weight 1/N; the
-            # example counts of clients not heard from are unknown, so weights are equal.
-            contributions = {c: (d, 1.0) for c, (d, _) in contributions.items()}
-        total: dict[str, torch.Tensor] = {}
-        weight = float(len(self._recipients)) if self.slots is not None else 0.0
-        for client in sorted(contributions):
-            delta, examples = contributions[client]
-            for k, v in delta.items():
-                total[k] = total[k] + v * examples if k in total else v * examples
-            if self.slots is None:
-                weight += examples
-        if total and weight > 0:
+        contributions, state = self._reuse(self._decode(through))
+        average = self._average(contributions)
+        model, momentum = state.model, state.momentum
+        if average:
             server = self.experiment.train.server
-            average = {k: v / weight for k, v in total.items()}
             if server.momentum > 0:
                 momentum = {
                     k: server.momentum * momentum[k] + average[k] if k in momentum else average[k]
@@ -286,22 +297,14 @@ class Aggregator:
                 }
                 average = momentum
             model = {k: model[k] + server.lr * average[k] for k in model}
-        accepted = [c for c in self._accepted if c in through]
-        delivered = {c: c in through for c in self._accepted} | {c: False for c in self._rejected}
-        self.state = state._replace(
-            round=self._round,
-            model=model,
-            momentum=momentum,
-            stale=stale,
-            stale_examples=stale_examples,
-        )
+        self.state = state._replace(round=self._round, model=model, momentum=momentum)
         result = RoundResult(
             self._round,
-            accepted,
+            [c for c in self._accepted if c in through],
             dict(self._rejected),
-            delivered,
+            {c: c in through for c in self._accepted} | dict.fromkeys(self._rejected, False),
             silent=tuple(self._silent),
-            reused=tuple(reused),
+            reused=tuple(sorted(c for c in contributions if c not in through)),
             collided=tuple(collided),
             slots=frame,
         )
