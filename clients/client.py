@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from thinwire.channel import SLOT_METRIC
 from thinwire.codecs import install_mask
 from thinwire.codecs.model import ModelCodec
 from thinwire.codecs.support import derive_seed
@@ -46,6 +47,7 @@ from thinwire.learning import (
 )
 from thinwire.policies import Decision, PolicyContext, PolicyInput, build_policy
 from thinwire.privacy import (
+    EPSILON_METRIC,
     PrivacyLedger,
     drop_rate,
     epsilon,
@@ -61,9 +63,6 @@ from thinwire.wire.payload import SeededSupport
 __all__ = ["Client", "ClientResult", "ClientState", "PrivacyPlan"]
 
 _CODEC_SEED, _TRAIN_SEED, _POLICY_SEED, _NOISE_SEED = 1, 2, 3, 5
-
-EPSILON_METRIC = "epsilon"
-"""Update metric carrying the sender's privacy spent so far (with a `privacy` section)."""
 
 
 class ClientState(NamedTuple):
@@ -339,7 +338,7 @@ class Client:
         payloads, codec_state = self.uplink.encode(update, codec_state)
         metrics = {"num_examples": float(self.x.shape[0]), "train_loss": stats.loss}
         if decision.slot is not None:
-            metrics["slot"] = float(decision.slot)
+            metrics[SLOT_METRIC] = float(decision.slot)
         if spent is not None:
             metrics[EPSILON_METRIC] = spent
         data = encode(Update(self.name, round, Kind.MODEL_DELTA, payloads, metrics))

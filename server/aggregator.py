@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from thinwire.channel import SlotStats, arbitrate
+from thinwire.channel import SLOT_METRIC, SlotStats, arbitrate
 from thinwire.codecs.model import ModelCodec
 from thinwire.codecs.support import derive_seed
 from thinwire.config import Experiment
@@ -48,9 +48,6 @@ logger = logging.getLogger(__name__)
 
 MAX_EXAMPLES = 2**40
 """Largest example count a client may claim (weights are clipped to nothing larger)."""
-
-SLOT_METRIC = "slot"
-"""Update metric naming the random-access slot the update was sent in."""
 
 
 class Receipt(NamedTuple):

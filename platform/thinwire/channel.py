@@ -18,7 +18,17 @@ from typing import NamedTuple
 
 from thinwire.config import ChannelConfig
 
-__all__ = ["Channel", "SlotOutcome", "SlotStats", "aloha_success_probability", "arbitrate"]
+__all__ = [
+    "SLOT_METRIC",
+    "Channel",
+    "SlotOutcome",
+    "SlotStats",
+    "aloha_success_probability",
+    "arbitrate",
+]
+
+SLOT_METRIC = "slot"
+"""Update metric naming the random-access slot an update was sent in (an integer)."""
 
 
 def _per_client(value: float | Sequence[float], clients: int) -> list[float]:

@@ -33,6 +33,7 @@ from thinwire.clients import Client
 from thinwire.config import Experiment
 from thinwire.learning import Federation, load_federation
 from thinwire.metrics import Record
+from thinwire.privacy import EPSILON_METRIC
 from thinwire.server import Aggregator, sample_clients
 
 __all__ = ["SimulationResult", "simulate"]
@@ -138,7 +139,7 @@ def _run_star(
             record["slot_collisions"] = outcome.slots.collisions
             record["slot_idle"] = outcome.slots.idle
         if experiment.privacy is not None:
-            record["epsilon"] = max(spent.values(), default=0.0)
+            record[EPSILON_METRIC] = max(spent.values(), default=0.0)
         records.append(record)
         if on_round is not None:
             on_round(record)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, assert_never
 
 from thinwire.config import (
     AgeOfGradientRule,
@@ -58,7 +58,7 @@ def _random_access(config: RandomAccessPolicy, context: PolicyContext) -> Policy
         return aloha(1.0, slots=slots, seed=context.seed)
     if isinstance(rule, RoundRobinAccessRule):
         return round_robin(client=context.client, clients=context.clients, slots=slots)
-    raise ValueError(f"unknown random-access rule {rule.kind!r}")
+    assert_never(rule)
 
 
 _REGISTRY: dict[str, PolicyFactory] = {

@@ -29,7 +29,12 @@ from thinwire.privacy.engine import PrivateTraining, SparseDPOptimizer, make_pri
 from thinwire.privacy.ledger import PrivacyLedger, open_ledger, record
 from thinwire.privacy.mask import drop_rate, mask_tensors, round_mask
 
+EPSILON_METRIC = "epsilon"
+"""Update metric and record key of the privacy spent so far (in a record: the largest
+over clients)."""
+
 __all__ = [
+    "EPSILON_METRIC",
     "ORDERS",
     "PrivacyLedger",
     "PrivateTraining",
