@@ -186,7 +186,7 @@ class Client:
         zeros = self.workspace.zeros()
         return ClientState(
             codec=self.uplink.init(zeros),
-            policy=self.policy.init(),
+            policy=self.policy.init(zeros),
             view=zeros,
             carry={},
             pending=torch.empty(0, dtype=torch.uint8),

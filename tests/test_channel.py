@@ -41,7 +41,7 @@ def test_a_slot_outside_the_frame_is_an_error():
 @pytest.mark.parametrize(("clients", "slots", "p"), [(10, 5, 0.5), (6, 2, 1.0), (20, 4, 0.2)])
 def test_success_rate_per_slot_matches_slotted_aloha(clients, slots, p):
     policies = [aloha(p, slots=slots, seed=derive_seed(7, c)) for c in range(clients)]
-    states = [policy.init() for policy in policies]
+    states = [policy.init({}) for policy in policies]
     frames = 2000
     successes = 0
     for k in range(1, frames + 1):

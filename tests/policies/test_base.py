@@ -4,15 +4,17 @@ import torch
 
 from thinwire.policies import Decision, PolicyInput, always, fixed_batch
 
+ONE = {"w": torch.zeros(1)}
+
 
 def test_always_transmits_every_round_and_keeps_no_state():
     policy = always()
-    state = policy.init()
+    state = policy.init(ONE)
     for round in range(1, 4):
         decision, state = policy.decide(PolicyInput(round, {"w": torch.zeros(2)}), state)
         assert decision == Decision(transmit=True)
         state = policy.delivered(round % 2 == 0, state)
-    assert state == policy.init()
+    assert state == policy.init(ONE)
     assert not policy.reuses_silent
 
 

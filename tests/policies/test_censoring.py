@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from thinwire import statetree
 from thinwire.config import (
     ConstantThreshold,
     FixedBatch,
@@ -50,6 +51,10 @@ def test_geometric_growth_and_threshold_decay_share_one_rate():
     assert max(products) / min(products) < 1.01
 
 
+PAIR = {"w": torch.zeros(2)}
+ONE = {"w": torch.zeros(1)}
+
+
 def update(*values):
     return {"w": torch.tensor(values, dtype=torch.float32)}
 
@@ -60,7 +65,7 @@ def decide(policy, state, round, values):
 
 def test_uploads_only_updates_at_least_tau_away_from_the_last_transmitted_one():
     policy = censor(lambda k: 1.0)
-    state = policy.init()
+    state = policy.init(PAIR)
     sent, state = decide(policy, state, 1, [2.0, 0.0])  # ||g - 0||^2 = 4 >= 1
     assert sent.transmit and not sent.keep_unsent
     state = policy.delivered(True, state)
@@ -76,25 +81,25 @@ def test_uploads_only_updates_at_least_tau_away_from_the_last_transmitted_one():
 def test_the_rule_is_on_the_squared_distance_summed_over_tensors():
     policy = censor(lambda k: 2.0)
     both = {"a": torch.tensor([1.0]), "b": torch.tensor([1.0])}  # 1 + 1 = 2
-    decision, _ = policy.decide(PolicyInput(1, both), policy.init())
+    decision, _ = policy.decide(PolicyInput(1, both), policy.init(both))
     assert decision.transmit
 
 
 def test_threshold_is_read_at_the_round_being_decided():
     taus = {1: 10.0, 2: 0.1}
     policy = censor(taus.__getitem__)
-    first, state = decide(policy, policy.init(), 1, [1.0])
+    first, state = decide(policy, policy.init(ONE), 1, [1.0])
     second, _ = decide(policy, state, 2, [1.0])
     assert (first.transmit, second.transmit) == (False, True)
 
 
 def test_a_lost_upload_leaves_the_server_copy_and_the_reference_unchanged():
     policy = censor(lambda k: 1.0)
-    _, state = decide(policy, policy.init(), 1, [2.0])
+    _, state = decide(policy, policy.init(ONE), 1, [2.0])
     state = policy.delivered(True, state)
     _, state = decide(policy, state, 2, [5.0])
     state = policy.delivered(False, state)
-    assert torch.equal(state.last["w"], torch.tensor([2.0])) and state.pending == {}
+    assert torch.equal(state.last["w"], torch.tensor([2.0])) and not state.awaiting
     # 2.5 is within 1 of the still-held 2.0: censored.
     decision, _ = decide(policy, state, 3, [2.5])
     assert not decision.transmit
@@ -102,7 +107,7 @@ def test_a_lost_upload_leaves_the_server_copy_and_the_reference_unchanged():
 
 def test_without_an_outcome_a_pending_upload_counts_as_delivered():
     policy = censor(lambda k: 1.0)
-    _, state = decide(policy, policy.init(), 1, [2.0])
+    _, state = decide(policy, policy.init(ONE), 1, [2.0])
     decision, state = decide(policy, state, 2, [2.5])  # compared with 2.0, not with 0
     assert not decision.transmit
     assert torch.equal(state.last["w"], torch.tensor([2.0]))
@@ -110,7 +115,7 @@ def test_without_an_outcome_a_pending_upload_counts_as_delivered():
 
 def test_tau_zero_sends_every_round_and_the_server_reuses_silence():
     policy = censor(lambda k: 0.0)
-    state = policy.init()
+    state = policy.init(ONE)
     for round in range(1, 4):
         decision, state = decide(policy, state, round, [0.0])
         assert decision.transmit
@@ -126,7 +131,16 @@ def test_the_policy_carries_its_batch_schedule():
 
 def test_state_is_never_mutated_in_place():
     policy = censor(lambda k: 0.5)
-    start = policy.init()
+    start = policy.init(ONE)
     _, after = decide(policy, start, 1, [1.0])
-    assert start == CensorState({}, {}) and after.pending
-    assert math.isclose(float(after.pending["w"]), 1.0)
+    assert not start.awaiting and float(start.last["w"]) == 0.0 and float(start.pending["w"]) == 0
+    assert after.awaiting and math.isclose(float(after.pending["w"]), 1.0)
+
+
+def test_the_state_keeps_one_shape_so_it_can_be_saved_and_restored():
+    policy = censor(lambda k: 1.0)
+    initial = policy.init(PAIR)
+    _, state = decide(policy, initial, 1, [3.0, 4.0])
+    restored = statetree.unflatten(initial, statetree.flatten(state))
+    assert isinstance(restored, CensorState) and restored.awaiting
+    assert torch.equal(restored.pending["w"], torch.tensor([3.0, 4.0]))

@@ -28,7 +28,7 @@ def test_staleness_is_memory_beyond_the_fresh_update_relative_to_it():
 
 
 def decisions(policy, rounds, state=None, update=G, fresh=None):
-    state = policy.init() if state is None else state
+    state = policy.init(G) if state is None else state
     return [policy.decide(PolicyInput(k, update, fresh), state)[0] for k in range(1, rounds + 1)]
 
 
@@ -54,7 +54,7 @@ def test_probability_one_is_the_always_transmit_baseline():
 
 def test_aog_contends_before_its_first_delivery_and_sits_out_right_after_one():
     policy = age_of_gradient(0.5, p_on=1.0, p_off=0.0, slots=4, seed=5)
-    fresh_start = policy.init()
+    fresh_start = policy.init(G)
     assert all(d.transmit for d in decisions(policy, 20, fresh_start))  # rho = +inf
     delivered = policy.delivered(True, fresh_start)
     assert not any(d.transmit for d in decisions(policy, 20, delivered))  # rho = 0 < 0.5
@@ -65,14 +65,14 @@ def test_aog_contends_before_its_first_delivery_and_sits_out_right_after_one():
 
 def test_aog_below_the_threshold_uses_p_off():
     policy = age_of_gradient(2.0, p_on=1.0, p_off=0.25, slots=4, seed=5)
-    state = policy.delivered(True, policy.init())
+    state = policy.delivered(True, policy.init(G))
     made = decisions(policy, 4000, state, update={"w": 2 * G["w"]}, fresh=G)  # rho = 1 < 2
     assert sum(d.transmit for d in made) / len(made) == pytest.approx(0.25, abs=0.03)
 
 
 def test_a_failed_delivery_does_not_count_as_a_first_one():
     policy = age_of_gradient(0.5, p_on=1.0, p_off=0.0, slots=2, seed=0)
-    state = policy.delivered(False, policy.init())
+    state = policy.delivered(False, policy.init(G))
     assert state.delivered_once is False
     assert policy.delivered(False, policy.delivered(True, state)).delivered_once is True
 
@@ -84,7 +84,7 @@ def test_round_robin_never_collides_and_serves_everyone_in_turn():
     for k in range(1, 22):
         choices = {}
         for c, policy in enumerate(policies):
-            decision, _ = policy.decide(PolicyInput(k, G), policy.init())
+            decision, _ = policy.decide(PolicyInput(k, G), policy.init(G))
             if decision.transmit:
                 choices[c] = decision.slot
                 served[c].append(k)

@@ -7,6 +7,7 @@ from thinwire.config import ConfigError, parse_config
 from thinwire.policies import PolicyContext, PolicyInput, build_policy, kinds, register_policy
 
 CONTEXT = PolicyContext(seed=1, client=0, clients=10, slots=5)
+ONE = {"w": torch.zeros(1)}
 
 
 def section(policy, **extra):
@@ -47,7 +48,7 @@ def test_the_censor_section_sets_threshold_and_batch_schedules():
         CONTEXT,
     )
     assert [policy.batch_size(k, 16) for k in (1, 2, 8)] == [16, 32, 64]
-    quiet, _ = policy.decide(PolicyInput(1, {"w": torch.tensor([0.5])}), policy.init())
+    quiet, _ = policy.decide(PolicyInput(1, {"w": torch.tensor([0.5])}), policy.init(ONE))
     assert not quiet.transmit
 
 
@@ -55,7 +56,7 @@ def test_default_aog_probability_is_the_fair_share_of_slots():
     # 20 slots for 10 clients: p_on = min(1, 20 / 10) = 1
     config = section({"kind": "random_access"}, channel={"slots": 20})
     policy = build_policy(config, CONTEXT._replace(slots=20))
-    state = policy.init()
+    state = policy.init(ONE)
     made = [policy.decide(PolicyInput(k, {"w": torch.ones(1)}), state)[0] for k in range(1, 30)]
     assert all(d.transmit for d in made)
 

@@ -14,7 +14,8 @@ Example:
     >>> from thinwire.config import CensorPolicy
     >>> section = CensorPolicy.model_validate({"threshold": {"kind": "constant", "tau": 1.0}})
     >>> policy = build_policy(section, PolicyContext(seed=0, client=0, clients=10))
-    >>> decision, _ = policy.decide(PolicyInput(1, {"w": torch.tensor([0.5])}), policy.init())
+    >>> state = policy.init({"w": torch.zeros(1)})
+    >>> decision, _ = policy.decide(PolicyInput(1, {"w": torch.tensor([0.5])}), state)
     >>> decision.transmit  # ||0.5 - 0||^2 < 1: censored
     False
 """

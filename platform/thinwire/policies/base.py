@@ -68,7 +68,9 @@ def fixed_batch(round: int, base: int) -> int:
 class Policy(NamedTuple):
     """A send policy.
 
-    - `init() -> state`;
+    - `init(template) -> state`: `template` holds zeros shaped like the model's tensors, so
+      a state that keeps tensors has the same shape from the start (a runtime that saves
+      states, such as Flower's `context.state`, restores them against `init`'s output);
     - `decide(input, state) -> (Decision, state)`, once per round the client takes part in;
     - `delivered(ok, state) -> state`, with the outcome of the last transmitted update;
     - `batch_size(round, base) -> int`: the local batch size for `round` (`base` is
@@ -76,7 +78,7 @@ class Policy(NamedTuple):
     - `reuses_silent`: the server averages a silent client's last delivered update.
     """
 
-    init: Callable[[], Any]
+    init: Callable[[Mapping[str, torch.Tensor]], Any]
     decide: Callable[[PolicyInput, Any], tuple[Decision, Any]]
     delivered: Callable[[bool, Any], Any]
     name: str = "policy"
@@ -91,7 +93,8 @@ class AlwaysState(NamedTuple):
 def always() -> Policy:
     """Every client sends every round it is selected (plain federated averaging)."""
 
-    def init() -> AlwaysState:
+    def init(template: Mapping[str, torch.Tensor]) -> AlwaysState:
+        del template
         return AlwaysState()
 
     def decide(inputs: PolicyInput, state: AlwaysState) -> tuple[Decision, AlwaysState]:

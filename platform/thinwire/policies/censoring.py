@@ -16,7 +16,7 @@ polynomial ones for non-convex models).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import NamedTuple, assert_never
 
 import torch
@@ -99,14 +99,14 @@ class CensorState(NamedTuple):
 
     last: dict[str, torch.Tensor]
     """g_last: per tensor, float32, the client's last update known to have reached the
-    server (what the server reuses); {} stands for zero before the first delivery."""
+    server (what the server reuses); zeros before the first delivery."""
     pending: dict[str, torch.Tensor]
-    """The update transmitted this round until its outcome is known; {} when none."""
+    """The last transmitted update, float32 per tensor; meaningful while `awaiting`."""
+    awaiting: bool  # whether `pending` waits for its delivery outcome
 
 
-def _distance(update: dict[str, torch.Tensor], last: dict[str, torch.Tensor]) -> float:
-    diff = {k: v - last[k] if k in last else v for k, v in update.items()}
-    return float(squared_norm(diff))
+def _distance(update: Mapping[str, torch.Tensor], last: Mapping[str, torch.Tensor]) -> float:
+    return float(squared_norm({k: v - last[k] for k, v in update.items()}))
 
 
 def censor(
@@ -133,7 +133,8 @@ def censor(
     If no delivery outcome arrives between two transmissions (a runtime that reports none),
     the pending update is assumed delivered.
 
-    State: g_last and the pending update: up to two model-sized float32 copies per client.
+    State: g_last and the pending update, two model-sized float32 copies per client, and
+    whether an outcome is awaited.
 
     Tuning: tau_1 should be a fraction of a typical ||g||^2 (algorithms.md suggests
     0.1 * ||grad f(x_0)||^2 / M), so the first rounds send; with a geometric tau, a ratio
@@ -149,26 +150,27 @@ def censor(
     Example:
         >>> import torch
         >>> policy = censor(lambda k: 1.0)
-        >>> state = policy.init()
+        >>> state = policy.init({"w": torch.zeros(1)})
         >>> decision, state = policy.decide(PolicyInput(1, {"w": torch.tensor([2.0])}), state)
         >>> decision.transmit, policy.delivered(True, state).last["w"].item()
         (True, 2.0)
     """
 
-    def init() -> CensorState:
-        return CensorState({}, {})
+    def init(template: Mapping[str, torch.Tensor]) -> CensorState:
+        zeros = {k: torch.zeros_like(v, dtype=torch.float32) for k, v in template.items()}
+        return CensorState(zeros, zeros, False)
 
     def decide(inputs: PolicyInput, state: CensorState) -> tuple[Decision, CensorState]:
-        if state.pending:
-            state = CensorState(state.pending, {})
-        update = dict(inputs.update)
-        if _distance(update, state.last) >= threshold(inputs.round):
-            return Decision(transmit=True, keep_unsent=False), CensorState(state.last, update)
+        if state.awaiting:
+            state = CensorState(state.pending, state.pending, False)
+        if _distance(inputs.update, state.last) >= threshold(inputs.round):
+            sent = {k: v.float() for k, v in inputs.update.items()}
+            return Decision(transmit=True, keep_unsent=False), CensorState(state.last, sent, True)
         return Decision(transmit=False, keep_unsent=False), state
 
     def delivered(ok: bool, state: CensorState) -> CensorState:
-        if not state.pending:
+        if not state.awaiting:
             return state
-        return CensorState(state.pending if ok else state.last, {})
+        return CensorState(state.pending if ok else state.last, state.pending, False)
 
     return Policy(init, decide, delivered, name="censor", batch_size=batch_size, reuses_silent=True)

@@ -94,7 +94,8 @@ def aloha(p: float, *, slots: int, seed: int) -> Policy:
     _check_probability("p", p)
     _check_slots(slots)
 
-    def init() -> AccessState:
+    def init(template: Mapping[str, torch.Tensor]) -> AccessState:
+        del template
         return AccessState(False)
 
     def decide(inputs: PolicyInput, state: AccessState) -> tuple[Decision, AccessState]:
@@ -155,7 +156,7 @@ def age_of_gradient(
         >>> import torch
         >>> policy = age_of_gradient(0.5, p_on=1.0, p_off=0.0, slots=4, seed=1)
         >>> g = {"w": torch.ones(3)}
-        >>> state = policy.delivered(True, policy.init())
+        >>> state = policy.delivered(True, policy.init(g))
         >>> policy.decide(PolicyInput(2, g, g), state)[0].transmit  # rho = 0: sits out
         False
         >>> policy.decide(PolicyInput(3, {"w": 2 * g["w"]}, g), state)[0].transmit
@@ -167,7 +168,8 @@ def age_of_gradient(
     _check_probability("p_off", p_off)
     _check_slots(slots)
 
-    def init() -> AccessState:
+    def init(template: Mapping[str, torch.Tensor]) -> AccessState:
+        del template
         return AccessState(False)
 
     def decide(inputs: PolicyInput, state: AccessState) -> tuple[Decision, AccessState]:
@@ -208,7 +210,8 @@ def round_robin(*, client: int, clients: int, slots: int) -> Policy:
     """
     round_robin_slot(1, client, clients, slots)  # validates the arguments
 
-    def init() -> AccessState:
+    def init(template: Mapping[str, torch.Tensor]) -> AccessState:
+        del template
         return AccessState(False)
 
     def decide(inputs: PolicyInput, state: AccessState) -> tuple[Decision, AccessState]:
