@@ -83,8 +83,11 @@ class AggregatorState(NamedTuple):
     public: dict[str, torch.Tensor]  # downlink public copy ({} without a downlink codec)
     downlink: dict[str, Any]  # downlink codec state ({} without a downlink codec)
     received: dict[str, int]  # client index (as str) -> last round it got the downlink
-    stale: dict[str, dict[str, torch.Tensor]]  # client (as str) -> last decoded update, float32
-    stale_examples: dict[str, float]  # client (as str) -> example count of that update
+    # CSGD stale reuse ({} unless the policy reuses silent clients' updates). The defaults
+    # let states built from the fields above (checkpoints) stay valid; they are replaced,
+    # never mutated, like every field here.
+    stale: dict[str, dict[str, torch.Tensor]] = {}  # client (as str) -> last decoded update
+    stale_examples: dict[str, float] = {}  # client (as str) -> example count of that update
 
 
 class Aggregator:
