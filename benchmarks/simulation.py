@@ -34,8 +34,13 @@ def experiment(clients: int, rounds: int):
             "name": f"scale-{clients}",
             "data": {"dataset": "digits", "clients": clients, "partition": {"kind": "iid"}},
             "model": {"kind": "mlp", "hidden": [64]},
-            "train": {"rounds": rounds, "local_steps": 10, "batch_size": 32, "lr": 0.05,
-                      "device": "cpu"},
+            "train": {
+                "rounds": rounds,
+                "local_steps": 10,
+                "batch_size": 32,
+                "lr": 0.05,
+                "device": "cpu",
+            },
             "codec": {"select": {"kind": "topk", "density": 0.01}, "error_feedback": True},
         }
     )
@@ -46,7 +51,9 @@ def child(clients: int, rounds: int) -> dict[str, float]:
     result = simulate(experiment(clients, rounds))
     walls = [r["wall_s"] for r in result.records[1:]]
     state_bytes = [
-        sum(v.numel() * v.element_size() for v in flatten(s).values() if isinstance(v, torch.Tensor))
+        sum(
+            v.numel() * v.element_size() for v in flatten(s).values() if isinstance(v, torch.Tensor)
+        )
         for s in result.client_states
     ]
     model_bytes = sum(v.numel() * 4 for v in result.model.values())
@@ -76,13 +83,23 @@ def main() -> None:
     for n in (int(c) for c in args.clients.split(",")):
         out = subprocess.run(
             [sys.executable, __file__, "--child", str(n), "--rounds", str(args.rounds)],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     base = rows[0]
     table = Table(title=f"simulator scaling (digits MLP, top-k 1% + EF, {args.rounds} rounds)")
-    for column in ("clients", "s / round", "vs first", "ms / client-round", "peak RSS",
-                   "state / client", "state / residual", "final acc"):
+    for column in (
+        "clients",
+        "s / round",
+        "vs first",
+        "ms / client-round",
+        "peak RSS",
+        "state / client",
+        "state / residual",
+        "final acc",
+    ):
         table.add_column(column, justify="right")
     for row in rows:
         table.add_row(

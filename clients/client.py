@@ -169,7 +169,11 @@ class Client:
         decision, policy_state = self.policy.decide(PolicyInput(round, update), policy_state)
         if not decision.transmit:
             self.state = ClientState(
-                state.codec, policy_state, kept_view, update if decision.keep_unsent else {}, _NO_BYTES
+                state.codec,
+                policy_state,
+                kept_view,
+                update if decision.keep_unsent else {},
+                _NO_BYTES,
             )
             return ClientResult(None, decision, stats.loss, stats.examples, _since(start))
 

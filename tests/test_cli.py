@@ -34,7 +34,9 @@ def test_run_writes_a_complete_run_folder(tmp_path):
     assert result.exit_code == 0, result.output
     [run_dir] = (tmp_path / "runs").iterdir()
     assert run_dir.name.startswith("cli-demo-")
-    assert yaml.safe_load((run_dir / "config.yaml").read_text())["codec"]["select"]["density"] == 0.05
+    assert (
+        yaml.safe_load((run_dir / "config.yaml").read_text())["codec"]["select"]["density"] == 0.05
+    )
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in records] == [1, 2]
     rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
@@ -73,8 +75,12 @@ def test_config_errors_exit_2_with_the_dotted_path(tmp_path):
 def test_compare_puts_runs_side_by_side(tmp_path):
     path = write(tmp_path)
     for density in ("0.05", "1.0"):
-        assert runner.invoke(app, ["run", str(path), "-q", "--set",
-                                   f"codec.select.density={density}"]).exit_code == 0
+        assert (
+            runner.invoke(
+                app, ["run", str(path), "-q", "--set", f"codec.select.density={density}"]
+            ).exit_code
+            == 0
+        )
     runs = sorted(str(p) for p in (tmp_path / "runs").iterdir())
     out = tmp_path / "cmp.png"
     result = runner.invoke(app, ["compare", *runs, "--out", str(out)])
@@ -89,6 +95,7 @@ def test_compare_refuses_a_folder_that_is_not_a_run(tmp_path):
 
 
 def test_console_script_is_installed():
-    out = subprocess.run([sys.executable, "-m", "thinwire", "--help"], capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "thinwire", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0 and "run" in out.stdout

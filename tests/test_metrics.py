@@ -10,8 +10,14 @@ from thinwire.metrics import CORE_KEYS, RunRecorder, format_bytes, load_records,
 
 def record(round, accuracy=math.nan, up=10, **extra):
     base = dict.fromkeys(CORE_KEYS, 0)
-    base.update(round=round, accuracy=accuracy, loss=accuracy, bytes_up=up,
-                cum_bytes_up=up * round, updates_sent=1)
+    base.update(
+        round=round,
+        accuracy=accuracy,
+        loss=accuracy,
+        bytes_up=up,
+        cum_bytes_up=up * round,
+        updates_sent=1,
+    )
     return {**base, **extra}
 
 

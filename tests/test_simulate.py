@@ -3,8 +3,8 @@
 import math
 
 import torch
-
 from star_helpers import tiny_experiment
+
 from thinwire.server import Aggregator
 from thinwire.simulate import simulate
 
@@ -16,8 +16,9 @@ def strip(records):
 
 
 def test_same_seeded_config_gives_bitwise_identical_runs():
-    experiment = tiny_experiment(codec={"select": {"kind": "topk", "density": 0.05},
-                                        "error_feedback": True})
+    experiment = tiny_experiment(
+        codec={"select": {"kind": "topk", "density": 0.05}, "error_feedback": True}
+    )
     first, second = simulate(experiment), simulate(experiment)
     assert strip(first.records) == strip(second.records)
     assert all(torch.equal(first.model[k], second.model[k]) for k in first.model)

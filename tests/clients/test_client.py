@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from star_helpers import tiny_experiment
+
 from thinwire.clients import Client
 from thinwire.learning import load_federation
 from thinwire.server import Aggregator

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from star_helpers import tiny_experiment
+
 from thinwire.codecs.model import ModelCodec
 from thinwire.learning import load_federation
 from thinwire.server import Aggregator
@@ -72,7 +72,9 @@ def test_bad_updates_are_rejected_and_the_round_goes_on(client, data, reason):
         data = delta_bytes(workspace, 0, 1, 1.0, 0)
     receipt = aggregator.receive(client, data)
     assert not receipt.accepted and reason in receipt.error
-    assert aggregator.receive(0 if client else 1, delta_bytes(workspace, 0 if client else 1, 1, 1.0, 5)).accepted
+    assert aggregator.receive(
+        0 if client else 1, delta_bytes(workspace, 0 if client else 1, 1, 1.0, 5)
+    ).accepted
     result = aggregator.finish_round()
     assert result.rejected[client] == receipt.error
     assert result.delivered[client] is False
