@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+
 from thinwire.wire import (
     DenseSupport,
     Kind,

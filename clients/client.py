@@ -70,7 +70,7 @@ class ClientState(NamedTuple):
 
     codec: dict[str, Any]  # uplink codec state per payload (residuals: model-sized float32)
     policy: Any  # the send policy's state
-    view: dict[str, torch.Tensor]  # the client's copy of the global model, float32
+    view: dict[str, torch.Tensor]  # the server's public model copy (compressed downlink only)
     carry: dict[str, torch.Tensor]  # undelivered update mass for the next round; {} if none
     pending: torch.Tensor  # (bytes,) uint8: last sent update until its outcome is known
     privacy: PrivacyLedger | None = None  # the DP-SGD steps run so far; None without privacy
@@ -187,7 +187,7 @@ class Client:
         return ClientState(
             codec=self.uplink.init(zeros),
             policy=self.policy.init(zeros),
-            view=zeros,
+            view=zeros if self.downlink is not None else {},
             carry={},
             pending=torch.empty(0, dtype=torch.uint8),
             privacy=(
@@ -307,6 +307,9 @@ class Client:
         )
         carry = self._reclaim_pending(delivered)
         view = self._apply_downlink(downlink, round)
+        # Only a compressed downlink needs the model copy between rounds; a full model
+        # arrives every round otherwise, and 1000 clients should not hold 1000 copies.
+        kept_view = view if self.downlink is not None else {}
 
         stats, ledger = self._train(view, round, state.privacy)
         spent = (
@@ -325,7 +328,7 @@ class Client:
             self.state = ClientState(
                 state.codec,
                 policy_state,
-                view,
+                kept_view,
                 update if decision.keep_unsent else {},
                 _NO_BYTES,
                 ledger,
@@ -343,7 +346,7 @@ class Client:
             metrics[EPSILON_METRIC] = spent
         data = encode(Update(self.name, round, Kind.MODEL_DELTA, payloads, metrics))
         pending = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        self.state = ClientState(codec_state, policy_state, view, {}, pending, ledger)
+        self.state = ClientState(codec_state, policy_state, kept_view, {}, pending, ledger)
         return ClientResult(data, decision, stats.loss, stats.examples, _since(start), spent)
 
 

@@ -203,8 +203,10 @@ class Aggregator:
     def _check_reply(self, client: int) -> None:
         if client not in self._recipients:
             raise WireError(f"{client_id(client)} was not asked for an update in this round")
-        if client in self._accepted or client in self._rejected or client in self._silent:
-            raise WireError(f"{client_id(client)} already replied this round")
+        if client in self._accepted or client in self._rejected:
+            raise WireError(f"{client_id(client)} already sent an update this round")
+        if client in self._silent:
+            raise WireError(f"{client_id(client)} already replied without an update this round")
 
     def _check_slot(self, update: Update) -> None:
         slots = self.slots

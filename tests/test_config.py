@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from thinwire.config import (
     ConfigError,
@@ -155,5 +156,5 @@ def test_apply_overrides_leaves_its_input_alone():
 
 def test_sections_are_frozen():
     experiment = parse_config({"name": "a"})
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         experiment.train.rounds = 3  # type: ignore[misc]

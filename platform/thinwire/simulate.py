@@ -29,7 +29,7 @@ from typing import NamedTuple
 import torch
 
 from thinwire.channel import Channel
-from thinwire.clients import Client
+from thinwire.clients import Client, ClientState
 from thinwire.config import Experiment
 from thinwire.learning import Federation, load_federation
 from thinwire.metrics import Record
@@ -46,6 +46,7 @@ class SimulationResult(NamedTuple):
 
     records: list[Record]
     model: dict[str, torch.Tensor]  # the final global model
+    client_states: list[ClientState]  # each client's state after the last round
 
 
 def simulate(
@@ -143,4 +144,4 @@ def _run_star(
         records.append(record)
         if on_round is not None:
             on_round(record)
-    return SimulationResult(records, aggregator.model)
+    return SimulationResult(records, aggregator.model, [c.state for c in clients])

@@ -91,7 +91,9 @@ def test_deterministic_codecs_give_the_same_payload_on_cuda(name):
     # A receiver on either device decodes either sender's payload to the same tensor.
     assert torch.allclose(codec.decode(cuda_payload, x.shape).cpu(), cpu_decoded, atol=1e-5)
     assert torch.allclose(codec.decode(cpu_payload.to(CUDA), x.shape).cpu(), cpu_decoded, atol=1e-5)
-    if name != "wavelet_top_k":  # float rounding may differ between the two transforms
+    # Bit equality holds where no floating-point reduction is involved: the wavelet's
+    # convolutions and sign's scale (a sum, ||top_k||_1 / k) round in device-specific orders.
+    if name not in ("wavelet_top_k", "sign_top_k"):
         assert torch.equal(codec.decode(cuda_payload, x.shape).cpu(), cpu_decoded)
 
 

@@ -3,6 +3,7 @@ import typing
 import pytest
 import torch
 from sklearn.datasets import load_digits
+
 from thinwire.config import ConfigError, DataConfig, parse_config
 from thinwire.learning import DATASETS, Dataset, DatasetError, load_dataset
 

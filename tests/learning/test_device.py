@@ -1,5 +1,6 @@
 import pytest
 import torch
+
 from thinwire.learning import resolve_device
 
 

@@ -4,6 +4,7 @@ import struct
 import numpy as np
 import pytest
 import torch
+
 from thinwire.config import DataConfig
 from thinwire.learning import DatasetError, load_dataset
 

@@ -1,5 +1,7 @@
 import pytest
 import torch
+from torch import nn
+
 from thinwire.config import MLP, ResNet20
 from thinwire.learning import (
     build_model,
@@ -11,7 +13,6 @@ from thinwire.learning import (
     unflatten,
 )
 from thinwire.wire.payload import TensorSpec
-from torch import nn
 
 
 def _bn_net():

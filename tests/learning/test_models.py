@@ -1,5 +1,6 @@
 import pytest
 import torch
+
 from thinwire.config import CNN, MLP, LogisticRegression, ResNet20
 from thinwire.learning import build_model, model_state
 

@@ -2,6 +2,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from thinwire.config import (
     DataConfig,
     DirichletPartition,

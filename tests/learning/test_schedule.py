@@ -1,6 +1,7 @@
 import math
 
 import pytest
+
 from thinwire.config import TrainConfig
 from thinwire.learning import learning_rate
 

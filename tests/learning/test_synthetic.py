@@ -1,4 +1,5 @@
 import torch
+
 from thinwire.config import DataConfig, SyntheticData
 from thinwire.learning import load_dataset
 

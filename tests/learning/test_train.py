@@ -2,6 +2,8 @@ import math
 
 import pytest
 import torch
+from torch import nn
+
 from thinwire.config import MLP, SGD, Adam, DataConfig, TrainConfig, parse_config
 from thinwire.learning import (
     batch_indices,
@@ -14,7 +16,6 @@ from thinwire.learning import (
     train_local,
     train_steps,
 )
-from torch import nn
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ import tempfile
 from pathlib import Path
 
 from grpc_tools import protoc
+
 from thinwire.wire import _codegen
 from thinwire.wire import update_pb2 as pb
 

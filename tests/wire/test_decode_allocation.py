@@ -4,6 +4,7 @@ import tracemalloc
 
 import pytest
 import torch
+
 from thinwire.wire import (
     Kind,
     Payload,

@@ -14,9 +14,10 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from wire_samples import rich_update
+
 from thinwire.wire import WireError, decode, encode
 from thinwire.wire import update_pb2 as pb
-from wire_samples import rich_update
 
 UPDATE, SPEC = rich_update()
 DATA = encode(UPDATE)

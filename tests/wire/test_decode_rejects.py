@@ -6,6 +6,8 @@ import re
 import numpy as np
 import pytest
 import torch
+from wire_samples import edited
+
 from thinwire.wire import (
     DenseSupport,
     Kind,
@@ -25,7 +27,6 @@ from thinwire.wire import (
     encode,
 )
 from thinwire.wire import update_pb2 as pb
-from wire_samples import edited
 
 SHAPE = (4, 8)
 N = 32

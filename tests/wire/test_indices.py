@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+
 from thinwire.wire import WireError
 from thinwire.wire import update_pb2 as pb
 from thinwire.wire._indices import read_indices, write_indices

@@ -4,6 +4,8 @@ import dataclasses
 
 import pytest
 import torch
+from wire_samples import single
+
 from thinwire.codecs.support import MAX_SEEDED_DOMAIN
 from thinwire.config import QSGD
 from thinwire.wire import (
@@ -15,7 +17,6 @@ from thinwire.wire import (
     decode,
     encode,
 )
-from wire_samples import single
 
 
 def test_the_seeded_domain_limit_is_the_codecs_one():

@@ -1,6 +1,7 @@
 """The in-memory payload types: sizes, counts and device moves."""
 
 import torch
+
 from thinwire.wire import (
     DenseSupport,
     Payload,

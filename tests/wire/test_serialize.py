@@ -4,6 +4,17 @@ import warnings
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
+from wire_samples import (
+    SUPPORTS,
+    VALUES,
+    assert_same_payload,
+    payload,
+    rich_update,
+    single,
+    values,
+)
+
 from thinwire.codecs.support import scatter, seeded_indices
 from thinwire.wire import (
     DenseSupport,
@@ -21,16 +32,6 @@ from thinwire.wire import (
     encode,
 )
 from thinwire.wire import update_pb2 as pb
-from torch.overrides import TorchFunctionMode
-from wire_samples import (
-    SUPPORTS,
-    VALUES,
-    assert_same_payload,
-    payload,
-    rich_update,
-    single,
-    values,
-)
 
 
 @pytest.mark.parametrize("values_kind", VALUES)

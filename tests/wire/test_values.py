@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+
 from thinwire.wire import Limits, QuantizedValues, RawValues, SignValues, _bits
 from thinwire.wire import update_pb2 as pb
 from thinwire.wire._values import bucket_count, level_width, read_values, write_values

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+
 from thinwire.wire import (
     DenseSupport,
     Kind,

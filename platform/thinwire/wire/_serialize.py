@@ -142,7 +142,8 @@ def decode(
     specs = dict(spec) if isinstance(spec, Mapping) else None
     if specs is not None and kind is not None:
         raise ValueError("pass either a spec per kind or an expected kind, not both")
-    for one in specs.values() if specs is not None else [spec]:  # type: ignore[list-item]
+    for one in specs.values() if specs is not None else [spec]:
+        assert not isinstance(one, Mapping)
         _check_spec(one)
     if len(data) > limits.max_bytes:
         raise WireError(f"message is {len(data)} bytes, more than the {limits.max_bytes} allowed")

@@ -1,0 +1,101 @@
+"""The `thinwire` command, end to end, as a user runs it."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import yaml
+from typer.testing import CliRunner
+
+from thinwire.cli import app
+
+runner = CliRunner()
+
+EXPERIMENT = """\
+name: cli-demo
+seed: 3
+data: {dataset: digits, clients: 3}
+model: {kind: mlp, hidden: [16]}
+train: {rounds: 2, local_steps: 3, device: cpu}
+codec: {select: {kind: topk, density: 0.05}, error_feedback: true}
+output: OUT
+"""
+
+
+def write(tmp_path, text=EXPERIMENT):
+    path = tmp_path / "exp.yaml"
+    path.write_text(text.replace("OUT", str(tmp_path / "runs")))
+    return path
+
+
+def test_run_writes_a_complete_run_folder(tmp_path):
+    result = runner.invoke(app, ["run", str(write(tmp_path)), "--quiet"])
+    assert result.exit_code == 0, result.output
+    [run_dir] = (tmp_path / "runs").iterdir()
+    assert run_dir.name.startswith("cli-demo-")
+    assert (
+        yaml.safe_load((run_dir / "config.yaml").read_text())["codec"]["select"]["density"] == 0.05
+    )
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in records] == [1, 2]
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    assert [int(r["round"]) for r in rows] == [1, 2]
+    assert int(rows[1]["cum_bytes_up"]) == records[0]["bytes_up"] + records[1]["bytes_up"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["rounds"] == 2 and summary["total_bytes_up"] == records[-1]["cum_bytes_up"]
+    assert (run_dir / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "final accuracy" in result.output and "uplink bytes" in result.output
+
+
+def test_set_overrides_reach_the_run(tmp_path):
+    path = write(tmp_path)
+    result = runner.invoke(app, ["run", str(path), "-q", "--set", "train.rounds=1"])
+    assert result.exit_code == 0, result.output
+    [run_dir] = (tmp_path / "runs").iterdir()
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 1
+
+
+def test_validate_prints_the_resolved_config(tmp_path):
+    result = runner.invoke(app, ["validate", str(write(tmp_path))])
+    assert result.exit_code == 0
+    resolved = yaml.safe_load(result.output)
+    assert resolved["train"]["batch_size"] == 32  # a default, filled in
+    assert resolved["codec"]["error_feedback"] == {"kind": "residual"}
+
+
+def test_config_errors_exit_2_with_the_dotted_path(tmp_path):
+    path = write(tmp_path, EXPERIMENT.replace("density: 0.05", "density: 5"))
+    for command in ("run", "validate"):
+        result = runner.invoke(app, [command, str(path)])
+        assert result.exit_code == 2
+        assert "codec.select.density: must be in (0, 1], got 5" in result.output
+
+
+def test_compare_puts_runs_side_by_side(tmp_path):
+    path = write(tmp_path)
+    for density in ("0.05", "1.0"):
+        assert (
+            runner.invoke(
+                app, ["run", str(path), "-q", "--set", f"codec.select.density={density}"]
+            ).exit_code
+            == 0
+        )
+    runs = sorted(str(p) for p in (tmp_path / "runs").iterdir())
+    out = tmp_path / "cmp.png"
+    result = runner.invoke(app, ["compare", *runs, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    assert result.output.count("cli-demo-") == 2
+
+
+def test_compare_refuses_a_folder_that_is_not_a_run(tmp_path):
+    result = runner.invoke(app, ["compare", str(tmp_path)])
+    assert result.exit_code == 2 and "not a thinwire run folder" in result.output
+
+
+def test_console_script_is_installed():
+    out = subprocess.run(
+        [sys.executable, "-m", "thinwire", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0 and "run" in out.stdout
