@@ -94,23 +94,21 @@ def test_censored_clients_send_no_bytes_and_are_counted_every_round():
 
 
 def test_random_access_records_how_every_slot_of_the_frame_was_used():
+    short = {**BASE["train"], "rounds": 3}
     codec = {"scope": "model", "select": {"kind": "topk", "density": 0.1}, "error_feedback": True}
-    for rule in ("aog", "uniform", "always"):
+    for rule in ("aog", "uniform", "always", "round_robin"):
         records = run(
             policy={"kind": "random_access", "rule": {"kind": rule}},
             channel={"slots": 3},
             codec=codec,
+            train=short,
         )
         for r in records:
             assert r["slot_successes"] + r["slot_collisions"] + r["slot_idle"] == 3
             assert r["updates_sent"] >= r["slot_successes"] + 2 * r["slot_collisions"]
             assert r["sim_time_s"] >= 3 * 0.010
-    oracle = run(
-        policy={"kind": "random_access", "rule": {"kind": "round_robin"}},
-        channel={"slots": 3},
-        codec=codec,
-    )
-    assert all(r["slot_collisions"] == 0 and r["slot_successes"] == 3 for r in oracle)
+            if rule == "round_robin":  # the oracle fills every slot without a collision
+                assert (r["slot_successes"], r["slot_collisions"]) == (3, 0)
 
 
 def test_private_training_reports_epsilon_every_round_up_to_the_target():
