@@ -1,6 +1,8 @@
 """Epsilon accounting: the same numbers as Opacus's own RDP accountant."""
 
 import math
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -34,6 +36,19 @@ def test_accountants_agree_after_step_by_step_recording():
     for _ in range(30):
         accountant.step(noise_multiplier=1.3, sample_rate=0.2)
     assert epsilon([(1.3, 0.2, 30)], 1e-3) == accountant.get_epsilon(1e-3)
+
+
+def test_orders_are_opacus_defaults():
+    assert list(ORDERS) == [float(a) for a in RDPAccountant.DEFAULT_ALPHAS]
+
+
+def test_only_privacy_work_imports_opacus():
+    code = (
+        "import sys, thinwire.clients, thinwire.simulate, thinwire.privacy; "
+        "assert 'opacus' not in sys.modules; thinwire.privacy.make_private; "
+        "assert 'opacus' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_pinned_value():

@@ -29,7 +29,6 @@ from thinwire.learning.train import (
     make_optimizer,
     train_steps,
 )
-from thinwire.privacy import make_private, release
 
 __all__ = ["train_private"]
 
@@ -78,6 +77,8 @@ def train_private(
         ValueError: mismatched, empty or misplaced data, a model Opacus cannot train, a
             mask that does not fit, or an out-of-range number.
     """
+    from thinwire.privacy.engine import make_private, release  # imports Opacus: on first use
+
     _check_data(model, x, y)
     batch = min(batch_size, int(x.shape[0]))
     private = make_private(

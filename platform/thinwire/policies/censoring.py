@@ -118,7 +118,8 @@ def censor(
 
     Per round k, at the client:
 
-    1. Train on batches of B_k = `batch_size(k, B_1)` examples; g_k is the model delta.
+    1. The client trains on batches of B_k = `batch_size(k, B_1)` examples; g_k is its
+       model delta (with anything carried from a lost upload).
     2. If ||g_k - g_last||^2 >= tau_k = `threshold(k)`, upload g_k and remember it as
        pending; once it is delivered, g_last <- g_k.
     3. Otherwise send nothing and drop g_k (it is not carried: the server already stands

@@ -6,13 +6,15 @@ more loses all of them (`thinwire.channel.arbitrate`). A client whose update was
 that kept silent, carries it forward (the client's undelivered-mass memory), and its
 codec's error feedback keeps what top-K left out, so nothing is ever dropped for good.
 
-Four rules decide per round whether a client transmits:
+Three factories decide per round whether a client transmits (`policy.rule` in the config):
 
-- `age_of_gradient`: the age-of-gradient (AoG) policy of Wu, Asgari, Rini & Munari
+- `age_of_gradient` (rule `aog`): the age-of-gradient policy of Wu, Asgari, Rini & Munari
   (arXiv 2410.11986, ICMLCN 2025; algorithms.md §6). No public code exists and the paper's
-  exact mapping could not be checked, so the formula below is our documented choice.
-- `aloha`: every client with probability p (the uniform baseline; p = 1 is always-transmit).
-- `round_robin`: a collision-free oracle schedule, known to clients and server alike.
+  exact mapping from memory to probability could not be checked, so the formula in its
+  docstring is our documented choice.
+- `aloha` (rules `uniform` and, with p = 1, `always`): every client with probability p.
+- `round_robin` (rule `round_robin`): a collision-free oracle schedule that clients and
+  server both derive from (round, client).
 
 Randomness: a client's coin and slot in round k are derive_seed(seed, k, ·) of its policy
 seed, so runs replay exactly and no global generator is touched.

@@ -18,6 +18,8 @@ Example:
     1.71
 """
 
+from typing import TYPE_CHECKING, Any
+
 from thinwire.privacy.analysis import (
     ORDERS,
     check_delta,
@@ -25,9 +27,13 @@ from thinwire.privacy.analysis import (
     noise_multiplier_for,
     rdp_curve,
 )
-from thinwire.privacy.engine import PrivateTraining, SparseDPOptimizer, make_private, release
 from thinwire.privacy.ledger import PrivacyLedger, open_ledger, record
 from thinwire.privacy.mask import drop_rate, mask_tensors, round_mask
+
+if TYPE_CHECKING:
+    from thinwire.privacy.engine import PrivateTraining, SparseDPOptimizer, make_private, release
+
+_ENGINE = ("PrivateTraining", "SparseDPOptimizer", "make_private", "release")
 
 EPSILON_METRIC = "epsilon"
 """Update metric and record key of the privacy spent so far (in a record: the largest
@@ -51,3 +57,13 @@ __all__ = [
     "release",
     "round_mask",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The mechanism subclasses Opacus's optimizer, so importing it imports Opacus (seconds);
+    # it is loaded on first use, and processes that never train privately never pay for it.
+    if name in _ENGINE:
+        from thinwire.privacy import engine
+
+        return getattr(engine, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

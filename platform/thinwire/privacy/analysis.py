@@ -24,14 +24,16 @@ import warnings
 from collections.abc import Sequence
 
 import numpy as np
-from opacus.accountants import RDPAccountant
-from opacus.accountants.analysis import rdp as _rdp
-from opacus.accountants.utils import get_noise_multiplier
 
 __all__ = ["ORDERS", "check_delta", "epsilon", "noise_multiplier_for", "rdp_curve"]
 
-ORDERS: tuple[float, ...] = tuple(float(a) for a in RDPAccountant.DEFAULT_ALPHAS)
-"""RDP orders alpha at which epsilon is optimized (Opacus's defaults)."""
+ORDERS: tuple[float, ...] = tuple(
+    [1.0 + x / 10.0 for x in range(1, 100)] + [float(a) for a in range(12, 64)]
+)
+"""RDP orders alpha at which epsilon is optimized: Opacus's `RDPAccountant.DEFAULT_ALPHAS`.
+
+Opacus is imported when epsilon is first computed, not with this module: importing it
+takes seconds, and most thinwire processes never account for privacy."""
 
 _EPSILON_TOLERANCE = 0.01
 """How far below the target the calibrated noise may land, in epsilon (Opacus's default)."""
@@ -71,6 +73,8 @@ def rdp_curve(noise_multiplier: float, sample_rate: float, steps: int) -> np.nda
 
 @functools.lru_cache(maxsize=1024)
 def _one_step(noise_multiplier: float, sample_rate: float) -> np.ndarray:
+    from opacus.accountants.analysis import rdp as _rdp
+
     curve = _rdp.compute_rdp(
         q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(ORDERS)
     )
@@ -96,6 +100,8 @@ def epsilon(history: Sequence[tuple[float, float, int]], delta: float) -> float:
         return 0.0
     if np.isinf(total).all():
         return math.inf
+    from opacus.accountants.analysis import rdp as _rdp
+
     with warnings.catch_warnings():
         # Opacus warns when the best order is at the end of the range; epsilon is still a
         # valid (slightly loose) bound then.
@@ -123,6 +129,8 @@ def noise_multiplier_for(
     if not target_epsilon > 0.0 or steps < 1:
         raise ValueError(f"need target_epsilon > 0 and steps >= 1, got {target_epsilon}, {steps}")
     _check_mechanism(1.0, sample_rate, steps)
+    from opacus.accountants.utils import get_noise_multiplier
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # the search's probes hit the order range
         sigma = get_noise_multiplier(
