@@ -98,6 +98,11 @@ class PrivateTraining(NamedTuple):
     optimizer: SparseDPOptimizer  # the optimizer, now stepping with DP-SGD (+ mask)
 
 
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    # A CUDA generator may report "cuda" where a parameter reports "cuda:0".
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
+
+
 def _check_module(module: nn.Module) -> None:
     errors = ModuleValidator.validate(module, strict=False)
     if errors:
@@ -185,7 +190,7 @@ def make_private(
             "the optimizer must optimize exactly the module's trainable parameters: "
             "build it as make_optimizer(module.parameters(), ...)"
         )
-    if trainable and noise_generator.device != trainable[0].device:
+    if trainable and not _same_device(noise_generator.device, trainable[0].device):
         raise ValueError(
             f"noise_generator is on {noise_generator.device}, the module on "
             f"{trainable[0].device}: create it with torch.Generator(device=...)"
