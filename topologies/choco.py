@@ -33,9 +33,9 @@ one that knows what it used:
 - a node sends a stale neighbour its own full estimate (a MODEL message, fp32 dense)
   flagged `ask`: "send me yours"; the neighbour answers with its full estimate in the next
   round, unless it sent one in the same round already (the two crossed);
-- a node restarted from a checkpoint marks every neighbour stale (time has passed, and its
-  own estimate may lag what it pushed before it died), so both sides exchange full
-  estimates once and carry on.
+- a node that missed rounds (restarted, or caught up with the others) marks every
+  neighbour stale (their estimates moved meanwhile, and its own may lag what it pushed
+  before it died), so both sides exchange full estimates once and carry on.
 
 A lost message therefore costs one or two dense messages on that link, and nothing drifts.
 On a graph redrawn every round, x_hat_j would be missing from most of j's messages, so the
@@ -260,10 +260,15 @@ class ChocoNode:
         """The state, flattened for a checkpoint."""
         return flatten_state(self.state)
 
-    def load_state_dict(self, flat: Mapping[str, Leaf], *, resumed: bool) -> None:
-        """Restores `state_dict` output; after a restart every link resynchronizes."""
-        state = unflatten_state(self.state, flat)
-        if resumed:
-            stale = Link(current=False, owed=True, sent_full=False)
-            state = state._replace(links=dict.fromkeys(state.links, stale))
-        self.state = state
+    def load_state_dict(self, flat: Mapping[str, Leaf]) -> None:
+        """Restores `state_dict` output."""
+        self.state = unflatten_state(self.state, flat)
+
+    def desynchronized(self) -> None:
+        """After missed rounds every link resynchronizes: full estimates both ways.
+
+        Neighbours' estimates moved meanwhile, and this node's own may lag what it pushed
+        before a crash.
+        """
+        stale = Link(current=False, owed=True, sent_full=False)
+        self.state = self.state._replace(links=dict.fromkeys(self.state.links, stale))

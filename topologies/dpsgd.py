@@ -83,7 +83,9 @@ class DPSGDNode:
         """The state, flattened for a checkpoint."""
         return flatten_state(self.state)
 
-    def load_state_dict(self, flat: Mapping[str, Leaf], *, resumed: bool) -> None:
-        """Restores `state_dict` output (a restart needs nothing else: models are whole)."""
-        del resumed
+    def load_state_dict(self, flat: Mapping[str, Leaf]) -> None:
+        """Restores `state_dict` output."""
         self.state = unflatten_state(self.state, flat)
+
+    def desynchronized(self) -> None:
+        """Nothing to do after missed rounds: models are whole."""

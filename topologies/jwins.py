@@ -181,7 +181,9 @@ class JwinsNode:
         """The state, flattened for a checkpoint."""
         return flatten_state(self.state)
 
-    def load_state_dict(self, flat: Mapping[str, Leaf], *, resumed: bool) -> None:
-        """Restores `state_dict` output (nothing is kept per neighbour, so nothing to resync)."""
-        del resumed
+    def load_state_dict(self, flat: Mapping[str, Leaf]) -> None:
+        """Restores `state_dict` output."""
         self.state = unflatten_state(self.state, flat)
+
+    def desynchronized(self) -> None:
+        """Nothing to do after missed rounds: nothing is kept per neighbour."""

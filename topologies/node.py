@@ -144,8 +144,12 @@ class GossipNode(Protocol):
         """The node's state, flattened for a checkpoint."""
         ...
 
-    def load_state_dict(self, flat: Mapping[str, Leaf], *, resumed: bool) -> None:
-        """Restores `state_dict` output; `resumed` marks a restart after time has passed."""
+    def load_state_dict(self, flat: Mapping[str, Leaf]) -> None:
+        """Restores `state_dict` output."""
+        ...
+
+    def desynchronized(self) -> None:
+        """The node missed rounds (a restart, or catching up): resynchronize what it must."""
         ...
 
 
