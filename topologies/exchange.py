@@ -17,9 +17,10 @@ deadline of its own spent on a dead node. A flat deadline for everybody would ma
 one round ahead give up just before its late neighbour's push arrives, and from then on
 the two would keep missing each other, round after round.
 
-The mailbox window is stretched over rounds without an exchange (SPARQ's `sync_every`): a
-neighbour that finished exchange round r may push round r + spacing while this node still
-collects r, so `window` exchanges span (window - 1) * spacing + 1 rounds.
+The mailbox window is counted in exchanges, not rounds: with `spacing` rounds between two
+exchanges (SPARQ's `sync_every`), a node about to collect exchange round r still holds the
+window from the previous exchange on (r - spacing + 1), while a neighbour that finished r
+may already push r + spacing; `window` exchanges therefore span window * spacing rounds.
 """
 
 from __future__ import annotations
@@ -145,7 +146,7 @@ class PeerExchange:
             resolve=self._addresses.__getitem__,
             listen=listen_address(runtime, index, count),
             settings=TransportSettings.from_runtime(runtime),
-            window=(runtime.window - 1) * spacing + 1,
+            window=runtime.window * spacing,
             tls=self._tls,
             insecure=runtime.insecure,
             start_round=start_round,
