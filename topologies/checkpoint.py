@@ -104,8 +104,9 @@ def load_checkpoint(
     """
     try:
         content: Any = torch.load(Path(path), map_location=map_location, weights_only=True)
-    except (OSError, RuntimeError, EOFError) as exc:
-        raise ValueError(f"{path}: not a readable checkpoint ({exc})") from None
+    except Exception as exc:  # OSError, RuntimeError, the weights-only unpickler's errors...
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"{path}: not a readable checkpoint ({first})") from None
     if not isinstance(content, dict) or content.get("format") != FORMAT:
         raise ValueError(f"{path}: not a thinwire gossip checkpoint of format {FORMAT}")
     if digest is not None and content.get("digest") != digest:
