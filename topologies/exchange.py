@@ -175,10 +175,13 @@ class PeerExchange:
                 if self._tls is not None
                 else grpc.insecure_channel(address, options=options)
             )
+        ready = grpc.channel_ready_future(self._probes[peer])
         try:
-            grpc.channel_ready_future(self._probes[peer]).result(timeout=timeout)
+            ready.result(timeout=timeout)
         except grpc.FutureTimeoutError:
             return False
+        finally:
+            ready.cancel()
         return True
 
     def _wait(self, round: int, neighbours: list[int], owed: set[int]) -> None:

@@ -99,12 +99,13 @@ def wait_for_peers(
         else:
             channel = grpc.insecure_channel(address, options=options)
         with channel:
+            ready = grpc.channel_ready_future(channel)
             try:
-                grpc.channel_ready_future(channel).result(
-                    timeout=max(0.0, deadline - time.monotonic())
-                )
+                ready.result(timeout=max(0.0, deadline - time.monotonic()))
             except grpc.FutureTimeoutError:
                 unreachable.append(peer)
+            finally:
+                ready.cancel()  # stop watching the channel before it closes
     return unreachable
 
 

@@ -84,3 +84,36 @@ def play(
 def vectors(nodes: Sequence[GossipNode]) -> list[torch.Tensor]:
     """Copies of every node's flat model."""
     return [node.vector().clone() for node in nodes]
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports that were free on 127.0.0.1 a moment ago (held together, so all distinct)."""
+    import socket
+
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def peer_runtime(ports: Sequence[int], **fields: Any) -> dict[str, Any]:
+    """A gossip runtime section for peers on 127.0.0.1 at `ports`, insecure by default."""
+    runtime: dict[str, Any] = {
+        "kind": "gossip",
+        "run_id": "gossip-test",
+        "peers": [f"127.0.0.1:{p}" for p in ports],
+        "listen": "127.0.0.1:{port}",
+        "deadline_s": 20.0,
+        "retries": 1,
+        "backoff_s": 0.05,
+        **fields,
+    }
+    if "tls" not in runtime:
+        runtime["insecure"] = True
+    return runtime
