@@ -48,7 +48,7 @@ PATIENCE = 3
 """Deadlines a node waits at most for a neighbour that is up and owes it a message."""
 
 _DELIVERED = ("DELIVERED", "DUPLICATE")
-_GRACE_S = 0.5
+_GRACE_S = 0.1
 """Time a message the handler accepted may take to reach the mailbox, in seconds."""
 
 
