@@ -28,6 +28,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 import grpc
@@ -222,7 +223,8 @@ class PeerExchange:
         if node.communicates(round):
             if rejoining and round - 1 >= endpoint.mailbox.current_round:
                 # Move the window to this round before pushing, so that neighbours' pushes
-                # of it are kept (collecting the skipped rounds with nobody expected).
+                # of it are kept: collect the skipped rounds expecting nobody (whatever
+                # was buffered for them is dropped unused).
                 endpoint.mailbox.collect(round - 1, (), timeout=0)
             accepted = set()
             for message, to in _groups(prepared.messages):
@@ -253,7 +255,12 @@ class PeerExchange:
             prepared=prepared,
             absorbed=absorbed,
         )
-        return report, {"push_failures": failures, "wall_s": time.perf_counter() - start}
+        extra = {
+            "push_failures": failures,
+            "transport": asdict(endpoint.traffic.total()),  # cumulative, metadata apart
+            "wall_s": time.perf_counter() - start,
+        }
+        return report, extra
 
     def close(self) -> None:
         """Stops serving (pushes in flight get a moment) and closes every channel."""

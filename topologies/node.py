@@ -92,7 +92,7 @@ class Received(NamedTuple):
     size: int  # bytes of the message as it arrived
 
 
-Inbox = Mapping[int, "bytes | Received"]
+Inbox = Mapping[int, bytes | Received]
 """Neighbour -> its message: raw bytes (opened by `absorb`) or an already opened `Received`."""
 
 

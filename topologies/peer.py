@@ -65,7 +65,15 @@ logger = logging.getLogger(__name__)
 
 
 class PeerAbandoned(Exception):
-    """Raised (by a signal handler) to end a peer's run in the middle of a round."""
+    """Raised (by a signal handler) to end a peer's run in the middle of a round.
+
+    Args:
+        signal: the number of the signal that abandoned the round.
+    """
+
+    def __init__(self, signal: int) -> None:
+        super().__init__(f"abandoned on signal {signal}")
+        self.signal = signal
 
 
 class PeerResult(NamedTuple):

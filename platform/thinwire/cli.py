@@ -256,7 +256,7 @@ def peer(
 
     def on_signal(signum: int, frame: object) -> None:
         if stop.is_set():
-            raise PeerAbandoned(signal.Signals(signum).name)
+            raise PeerAbandoned(signum)
         stop.set()
         errors.print(f"node {node}: finishing the current round; signal again to abandon it")
 
@@ -272,8 +272,9 @@ def peer(
             startup_timeout_s=startup_timeout,
         )
     except PeerAbandoned as exc:
-        errors.print(f"node {node}: abandoned the round on {exc}; the last checkpoint stands")
-        raise typer.Exit(130) from None
+        name = signal.Signals(exc.signal).name
+        errors.print(f"node {node}: abandoned the round on {name}; the last checkpoint stands")
+        raise typer.Exit(128 + exc.signal) from None
     except ValueError as exc:
         _fail(str(exc))
     state = "finished" if result.completed else "stopped"

@@ -1,4 +1,4 @@
-"""Real `thinwire peer` processes on loopback: equivalence, a crash, and security.
+"""Real `thinwire peer` processes on loopback: equivalence, a crash, security, SIGTERM.
 
 Each test starts its peers as separate processes (free ports chosen here, one thread of
 torch each), bounds every wait, and kills whatever it started when it ends. Together they
@@ -47,7 +47,9 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def write_config(folder: Path, nodes: int, *, gossip: dict, train: dict, **runtime: Any) -> Path:
+def write_config(
+    folder: Path, nodes: int, *, gossip: dict, train: dict, topology: str = "ring", **runtime: Any
+) -> Path:
     ports = free_ports(nodes)
     raw = {
         "name": "e2e",
@@ -59,7 +61,7 @@ def write_config(folder: Path, nodes: int, *, gossip: dict, train: dict, **runti
         },
         "model": {"kind": "mlp", "hidden": [16]},
         "train": {"batch_size": 16, "lr": 0.2, "device": "cpu", **train},
-        "topology": {"kind": "ring"},
+        "topology": {"kind": topology},
         "gossip": gossip,
         "runtime": {
             "kind": "gossip",
@@ -266,3 +268,34 @@ def test_mutual_tls_refuses_a_foreign_certificate_and_peers_refuse_strangers_and
     refused = log_of(config, 3)
     assert all(line["missing"] == [0, 2] for line in refused)
     assert all(set(line["push_failures"]) == {"0", "2"} for line in refused)
+
+
+def test_sigterm_ends_a_peer_after_its_round_and_a_second_one_abandons_the_round(tmp_path, spawn):
+    config = write_config(
+        tmp_path,
+        2,
+        gossip={"kind": "dpsgd"},
+        train={"rounds": 50, "local_steps": 1, "eval_every": 50},
+        topology="chain",
+        deadline_s=1.0,  # node 1 never comes: every round waits this long for it
+    )
+    saved = checkpoint_path(config.parent / "runs" / "e2e-peers" / "checkpoints", 0)
+    peer = spawn(config, 0, "--startup-timeout", "1")
+    wait_for(lambda: len(log_of(config, 0)) >= 1, 90, "node 0's first round")
+    peer.send_signal(signal.SIGTERM)
+    assert peer.wait(timeout=30) == 0  # finished its round, checkpointed, closed
+    stopped = log_of(config, 0)[-1]["round"]
+    assert stopped < 50 and load_checkpoint(saved).round == stopped
+
+    again = spawn(config, 0, "--startup-timeout", "1")
+    wait_for(lambda: log_of(config, 0)[-1]["round"] > stopped, 60, "the resumed round")
+    resumed = [line for line in log_of(config, 0) if line["round"] > stopped]
+    assert resumed[0]["round"] == stopped + 1 and resumed[0]["rejoined"]
+    output = tmp_path / "peer-0-1.log"
+    waiting = f"push of round {stopped + 2} to node 1 failed"  # the next round is waiting
+    wait_for(lambda: waiting in output.read_text(), 30, "the next round's wait")
+    again.send_signal(signal.SIGTERM)  # in the middle of that round...
+    wait_for(lambda: "signal again" in output.read_text(), 10, "the first signal's note")
+    again.send_signal(signal.SIGTERM)  # ...and again: abandon it
+    assert again.wait(timeout=30) == 128 + signal.SIGTERM
+    assert load_checkpoint(saved).round == log_of(config, 0)[-1]["round"]  # no half round
