@@ -29,6 +29,10 @@ coefficient values travel as plain fp32 in thinwire's wire format (indices delta
 or as a bitmap), where the paper compresses them losslessly with fpzip and its indices
 with Elias-gamma codes, so our byte counts are a little higher than the paper's.
 
+Tuning: `alphas` sets the budget (the mean of the set is the expected shared fraction,
+and the entries at or above `metadata_cap` are full rounds, which keep the nodes from
+drifting apart); the wavelet matters less than the budget (the paper uses sym2, level 4).
+
 State: the model, x_prev and A (`JwinsState`); nothing per neighbour, so JWINS runs on
 graphs redrawn every round.
 """
