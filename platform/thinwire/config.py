@@ -21,11 +21,22 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = [
+    "JWINS_ALPHAS",
+    "SPARQ_CODEC",
     "ChannelConfig",
+    "ChocoGossip",
     "CodecConfig",
     "ConfigError",
+    "ConstantThreshold",
     "DataConfig",
+    "ExactGossip",
     "Experiment",
+    "Gossip",
+    "JwinsGossip",
+    "PolynomialThreshold",
+    "SparqGossip",
+    "StepThreshold",
+    "Threshold",
     "ModelConfig",
     "PrivacyConfig",
     "TrainConfig",
@@ -803,6 +814,107 @@ Topology = Annotated[
 ]
 
 
+# --------------------------------------------------------------------------- gossip
+
+
+class ExactGossip(Section):
+    """Decentralized SGD (D-PSGD): each round a node averages its neighbours' full models."""
+
+    kind: Literal["dpsgd"] = "dpsgd"
+
+
+GossipGamma = Annotated[float, Field(gt=0.0, le=1.0)]
+"""CHOCO's consensus step size gamma, in (0, 1]."""
+
+EstimateStart = Literal["initial", "zero"]
+"""Where public estimates start: the common initial model, or zero as in the CHOCO paper."""
+
+
+class ChocoGossip(Section):
+    """CHOCO-SGD: compressed corrections to public model estimates, damped consensus.
+
+    The corrections are compressed by the experiment's `codec` section (any codec without
+    error feedback: x - x_hat already is CHOCO's memory of what was not sent).
+    """
+
+    kind: Literal["choco"] = "choco"
+    gamma: GossipGamma
+    estimates: EstimateStart = "initial"
+    """'initial': every node derives the common initial model from the seed, so estimates
+    start there and the first messages carry only what training changed; 'zero': the
+    paper's x_hat = 0 (the first messages then carry the compressed model itself)."""
+
+
+class ConstantThreshold(Section):
+    """SPARQ trigger threshold c_t = c."""
+
+    kind: Literal["constant"] = "constant"
+    c: NonNegativeFloat
+
+
+class StepThreshold(Section):
+    """c_t = c + increment * floor((t - 1) / every): raised in steps (SPARQ's CIFAR schedule)."""
+
+    kind: Literal["step"] = "step"
+    c: NonNegativeFloat
+    increment: NonNegativeFloat
+    every: PositiveInt
+    """Rounds between two raises."""
+
+
+class PolynomialThreshold(Section):
+    """c_t = c * t^power (SPARQ's convex analysis: power = 1 - epsilon, epsilon in (0, 1))."""
+
+    kind: Literal["polynomial"] = "polynomial"
+    c: NonNegativeFloat
+    power: NonNegativeFloat = 0.5
+
+
+Threshold = Annotated[
+    ConstantThreshold | StepThreshold | PolynomialThreshold, Field(discriminator="kind")
+]
+
+
+class SparqGossip(Section):
+    """SPARQ-SGD: CHOCO that synchronizes every `sync_every` rounds, and only on a trigger.
+
+    At a synchronization round a node fires only if ||x - x_hat||^2 > c_t * lr_t^2; a fired
+    correction is compressed by the `codec` section, whose default for SPARQ is the sign of
+    the top 1% with its scale (SignTop_k).
+    """
+
+    kind: Literal["sparq"] = "sparq"
+    gamma: GossipGamma
+    threshold: Threshold
+    sync_every: PositiveInt = 1
+    """Rounds between synchronization indices; the paper's H is sync_every * local_steps."""
+    estimates: EstimateStart = "initial"
+
+
+JWINS_ALPHAS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 1.0)
+"""The paper's cut-off set (decentralizepy `config_*_jwins.ini`)."""
+
+
+class JwinsGossip(Section):
+    """JWINS: share the wavelet coefficients that changed most, with a random cut-off."""
+
+    kind: Literal["jwins"] = "jwins"
+    wavelet: str = "sym2"
+    level: Annotated[int, Field(ge=1, le=12)] = 4
+    alphas: Annotated[list[Density], Field(min_length=1)] = list(JWINS_ALPHAS)
+    """Fractions of coefficients a node may share; one is drawn uniformly per node and round."""
+    metadata_cap: Density = 0.5
+    """A drawn fraction at or above this sends every coefficient (no indices)."""
+
+
+Gossip = Annotated[
+    ExactGossip | ChocoGossip | SparqGossip | JwinsGossip, Field(discriminator="kind")
+]
+
+SPARQ_CODEC = {"select": {"kind": "topk", "density": 0.01}, "quantize": {"kind": "sign"}}
+"""SPARQ's default compression of fired corrections: SignTop_k with k = 1% per tensor."""
+
+
 # --------------------------------------------------------------------------- channel
 
 
@@ -929,9 +1041,43 @@ class Experiment(Section):
     privacy: PrivacyConfig | None = None
     """DP-SGD on the clients; None trains without privacy."""
     topology: Topology = StarTopology()
+    gossip: Gossip = ExactGossip()
+    """What gossip peers exchange; applies to decentralized runs (see `decentralized`)."""
     channel: ChannelConfig = ChannelConfig()
     runtime: Runtime = SimulationRuntime()
     output: Path = Path("runs")
+
+    @property
+    def decentralized(self) -> bool:
+        """Whether peers gossip on a graph: any topology but star, or the gossip runtime."""
+        return self.topology.kind != "star" or self.runtime.kind == "gossip"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sparq_codec(cls, data: Any) -> Any:
+        # SPARQ compresses fired corrections with SignTop_k unless the file names a codec.
+        if isinstance(data, Mapping) and "codec" not in data:
+            gossip = data.get("gossip")
+            kind = (
+                gossip.get("kind") if isinstance(gossip, Mapping) else getattr(gossip, "kind", None)
+            )
+            if kind == "sparq":
+                data = {**data, "codec": SPARQ_CODEC}
+        return data
+
+    @model_validator(mode="after")
+    def _gossip_fits(self) -> Experiment:
+        if not self.decentralized:
+            if self.gossip != ExactGossip():
+                raise ValueError(
+                    "gossip applies to decentralized runs; set a topology other than star "
+                    "(or runtime.kind: gossip)"
+                )
+            return self
+        problems = _gossip_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @model_validator(mode="after")
     def _per_client_lists(self) -> Experiment:
@@ -988,6 +1134,48 @@ class Experiment(Section):
                     "(the mask covers the flattened model)"
                 )
         return self
+
+
+def _time_varying(topology: Topology) -> bool:
+    return isinstance(topology, MatchingTopology) or (
+        isinstance(topology, RegularTopology) and topology.time_varying
+    )
+
+
+def _gossip_problems(experiment: Experiment) -> list[str]:
+    # Settings of the star that a gossip run would silently ignore, and method mismatches.
+    problems = []
+    gossip = experiment.gossip
+    if experiment.runtime.kind not in ("simulation", "gossip"):
+        problems.append(f"runtime {experiment.runtime.kind!r} runs the star, not gossip peers")
+    if experiment.policy.kind != "always":
+        problems.append(
+            "policy applies to the star's clients; gossip peers send every round (SPARQ's "
+            "event trigger is gossip.kind: sparq)"
+        )
+    if experiment.downlink is not None:
+        problems.append("downlink compresses the star's server broadcast; remove it for gossip")
+    if experiment.train.participation != 1.0:
+        problems.append("train.participation samples the star's clients; gossip needs 1.0")
+    if isinstance(gossip, ExactGossip | JwinsGossip) and experiment.codec != CodecConfig():
+        what = "full models" if isinstance(gossip, ExactGossip) else "its own wavelet coefficients"
+        problems.append(
+            f"gossip.kind {gossip.kind} sends {what}; remove the codec section (it applies "
+            "to choco and sparq)"
+        )
+    if isinstance(gossip, ChocoGossip | SparqGossip):
+        if experiment.codec.error_feedback.kind != "none":
+            problems.append(
+                f"gossip.kind {gossip.kind} keeps x - x_hat as its memory of what was not "
+                "sent; set codec.error_feedback: none"
+            )
+        if _time_varying(experiment.topology):
+            problems.append(
+                f"gossip.kind {gossip.kind} needs a fixed graph: its public estimates x_hat_j "
+                "must see every message node j sends; use dpsgd or jwins on a graph redrawn "
+                "every round"
+            )
+    return problems
 
 
 # --------------------------------------------------------------------------- loading

@@ -45,8 +45,8 @@ class SimulationResult(NamedTuple):
     """A finished simulated run."""
 
     records: list[Record]
-    model: dict[str, torch.Tensor]  # the final global model
-    client_states: list[ClientState]  # each client's state after the last round
+    model: dict[str, torch.Tensor]  # the final global model (gossip: the nodes' average)
+    client_states: list[ClientState]  # the star's clients after the last round (gossip: [])
 
 
 def simulate(
@@ -54,10 +54,19 @@ def simulate(
 ) -> SimulationResult:
     """Runs `experiment` in this process and returns its round records and final model.
 
+    A decentralized experiment (`experiment.decentralized`: a topology other than star)
+    runs as gossip (`thinwire.topologies.simulation.simulate_gossip`); its final model is
+    the average of the nodes' models.
+
     Args:
         experiment: a validated experiment (see `thinwire.config.load_config`).
         on_round: called with each round's record as soon as the round ends.
     """
+    if experiment.decentralized:
+        from thinwire.topologies.simulation import simulate_gossip
+
+        gossip = simulate_gossip(experiment, on_round=on_round)
+        return SimulationResult(gossip.records, gossip.model, [])
     federation = load_federation(experiment)
     return _run_star(experiment, federation, on_round)
 
