@@ -499,14 +499,14 @@ class AlwaysSend(Section):
     kind: Literal["always"] = "always"
 
 
-class ConstantThreshold(Section):
+class ConstantTau(Section):
     """tau_k = tau in every round."""
 
     kind: Literal["constant"] = "constant"
     tau: NonNegativeFloat
 
 
-class GeometricThreshold(Section):
+class GeometricTau(Section):
     """tau_k = tau * ratio^(k - 1): the linear-rate schedule of CSGD's strongly convex analysis."""
 
     kind: Literal["geometric"] = "geometric"
@@ -514,7 +514,7 @@ class GeometricThreshold(Section):
     ratio: Annotated[float, Field(gt=0.0, le=1.0)] = 0.95
 
 
-class InverseThreshold(Section):
+class InverseTau(Section):
     """tau_k = tau * a / (a + k - 1): the polynomial decay suggested for non-convex models."""
 
     kind: Literal["inverse"] = "inverse"
@@ -522,9 +522,7 @@ class InverseThreshold(Section):
     a: PositiveFloat = 10.0
 
 
-Threshold = Annotated[
-    ConstantThreshold | GeometricThreshold | InverseThreshold, Field(discriminator="kind")
-]
+TauSchedule = Annotated[ConstantTau | GeometricTau | InverseTau, Field(discriminator="kind")]
 
 
 class FixedBatch(Section):
@@ -557,7 +555,7 @@ class CensorPolicy(Section):
     """CSGD: upload only if ||g - g_last||^2 >= tau_k; the server reuses g_last otherwise."""
 
     kind: Literal["censor"] = "censor"
-    threshold: Threshold
+    threshold: TauSchedule
     batch: BatchGrowth = FixedBatch()
     """Local batch-size schedule over rounds (`train.batch_size` is B_1)."""
 
@@ -1096,13 +1094,6 @@ class Experiment(Section):
             raise ValueError("policy random_access needs channel.slots (slots per round)")
         if self.channel.slots is not None and not random_access:
             raise ValueError("channel.slots applies only to policy kind 'random_access'")
-        if isinstance(self.policy, CensorPolicy | RandomAccessPolicy) and (
-            self.topology.kind != "star"
-        ):
-            raise ValueError(
-                f"policy {self.policy.kind!r} runs on the star (topology: star), "
-                f"not on topology {self.topology.kind!r}"
-            )
         return self
 
     @model_validator(mode="after")

@@ -7,21 +7,21 @@ import torch
 
 from thinwire import statetree
 from thinwire.config import (
-    ConstantThreshold,
+    ConstantTau,
     FixedBatch,
     GeometricBatch,
-    GeometricThreshold,
-    InverseThreshold,
+    GeometricTau,
+    InverseTau,
     LinearBatch,
 )
 from thinwire.policies import CensorState, PolicyInput, batch_size_at, censor, threshold_at
 
 
 def test_thresholds_follow_their_schedules():
-    assert threshold_at(ConstantThreshold(tau=0.3), 9) == 0.3
-    geometric = GeometricThreshold(tau=2.0, ratio=0.5)
+    assert threshold_at(ConstantTau(tau=0.3), 9) == 0.3
+    geometric = GeometricTau(tau=2.0, ratio=0.5)
     assert [threshold_at(geometric, k) for k in (1, 2, 3)] == [2.0, 1.0, 0.5]
-    inverse = InverseThreshold(tau=1.0, a=4.0)
+    inverse = InverseTau(tau=1.0, a=4.0)
     assert [threshold_at(inverse, k) for k in (1, 5)] == [1.0, 0.5]
     with pytest.raises(ValueError, match="from 1"):
         threshold_at(geometric, 0)
@@ -44,7 +44,7 @@ def test_a_long_geometric_run_saturates_instead_of_overflowing():
 def test_geometric_growth_and_threshold_decay_share_one_rate():
     # tau_k * B_k stays constant: censoring error and sampling variance shrink together.
     products = [
-        threshold_at(GeometricThreshold(tau=1.0, ratio=0.8), k)
+        threshold_at(GeometricTau(tau=1.0, ratio=0.8), k)
         * batch_size_at(GeometricBatch(ratio=0.8, max_batch=10**9), k, 1000)
         for k in range(1, 8)
     ]

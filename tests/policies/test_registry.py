@@ -87,7 +87,7 @@ def test_unknown_kinds_and_silent_replacement_are_refused():
                 "policy": {"kind": "censor", "threshold": {"kind": "constant", "tau": 1.0}},
                 "topology": {"kind": "ring"},
             },
-            "runs on the star",
+            "policy applies to the star's clients",
         ),
         ({"policy": {"kind": "censor"}}, "policy.threshold: required field is missing"),
         (

@@ -23,13 +23,13 @@ import torch
 
 from thinwire.config import (
     BatchGrowth,
-    ConstantThreshold,
+    ConstantTau,
     FixedBatch,
     GeometricBatch,
-    GeometricThreshold,
-    InverseThreshold,
+    GeometricTau,
+    InverseTau,
     LinearBatch,
-    Threshold,
+    TauSchedule,
 )
 from thinwire.policies.base import Decision, Policy, PolicyInput, fixed_batch, squared_norm
 
@@ -39,7 +39,7 @@ _LARGEST_BATCH = 2**31
 """Batch sizes are capped here before the client caps them at its own data size."""
 
 
-def threshold_at(config: Threshold, round: int) -> float:
+def threshold_at(config: TauSchedule, round: int) -> float:
     """The censoring threshold tau_k of round k = `round` (1-based).
 
     - constant: tau;
@@ -51,11 +51,11 @@ def threshold_at(config: Threshold, round: int) -> float:
     """
     if round < 1:
         raise ValueError(f"rounds count from 1, got {round}")
-    if isinstance(config, ConstantThreshold):
+    if isinstance(config, ConstantTau):
         return config.tau
-    if isinstance(config, GeometricThreshold):
+    if isinstance(config, GeometricTau):
         return config.tau * config.ratio ** (round - 1)
-    if isinstance(config, InverseThreshold):
+    if isinstance(config, InverseTau):
         return config.tau * config.a / (config.a + round - 1)
     assert_never(config)
 
