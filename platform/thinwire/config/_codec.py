@@ -1,0 +1,198 @@
+"""The `codec` section: transform -> select -> quantize, with error feedback."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from thinwire.config._base import Density, PositiveFloat, Probability, Section
+
+
+class IdentityTransform(Section):
+    """No transform: compress the tensor's own coordinates."""
+
+    kind: Literal["identity"] = "identity"
+
+
+class WaveletTransform(Section):
+    """Multilevel discrete wavelet transform of the flattened tensor (JWINS)."""
+
+    kind: Literal["wavelet"] = "wavelet"
+    wavelet: str = "sym2"
+    level: Annotated[int, Field(ge=1, le=12)] = 4
+
+
+Transform = Annotated[IdentityTransform | WaveletTransform, Field(discriminator="kind")]
+
+
+class KeepAll(Section):
+    """Send every coordinate."""
+
+    kind: Literal["none"] = "none"
+
+
+class TopK(Section):
+    """Exact top-k by magnitude; k = ceil(density * n)."""
+
+    kind: Literal["topk"] = "topk"
+    density: Density
+
+
+class SampledTopK(Section):
+    """Top-k via a sampled threshold estimate plus an exact pass over the candidates (DGC)."""
+
+    kind: Literal["topk_sampled"] = "topk_sampled"
+    density: Density
+    sample: Density = 0.01
+
+
+class RandomK(Section):
+    """k coordinates chosen by a seed that travels instead of the indices."""
+
+    kind: Literal["random_k"] = "random_k"
+    density: Density
+    unbiased: bool = False
+
+
+class RandomBlock(Section):
+    """One contiguous block of k coordinates from a seeded start (wrapping around)."""
+
+    kind: Literal["random_block"] = "random_block"
+    density: Density
+
+
+class RTopK(Section):
+    """rTop-k: k coordinates drawn uniformly from the top r = ratio * k."""
+
+    kind: Literal["rtopk"] = "rtopk"
+    density: Density
+    ratio: Annotated[float, Field(ge=1.0)] = 4.0
+
+
+class HardThreshold(Section):
+    """Every coordinate with |x_i| >= lam."""
+
+    kind: Literal["threshold"] = "threshold"
+    lam: PositiveFloat
+
+
+class AdaptiveTopK(Section):
+    """Top-k with k chosen per call from the input's energy against its running average."""
+
+    kind: Literal["adaptive"] = "adaptive"
+    density: Density
+    min_density: Density = 0.0001
+    max_density: Density = 0.1
+    decay: Probability = 0.9
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AdaptiveTopK:
+        if not self.min_density <= self.density <= self.max_density:
+            raise ValueError("needs min_density <= density <= max_density")
+        return self
+
+
+class SharedMask(Section):
+    """The coordinates of a mask the sender installs each round (DP random sparsification).
+
+    Payloads carry the mask's seed, not its indices; before a mask is installed every
+    coordinate is sent.
+    """
+
+    kind: Literal["shared_mask"] = "shared_mask"
+
+
+Select = Annotated[
+    KeepAll
+    | TopK
+    | SampledTopK
+    | RandomK
+    | RandomBlock
+    | RTopK
+    | HardThreshold
+    | AdaptiveTopK
+    | SharedMask,
+    Field(discriminator="kind"),
+]
+
+
+class NoQuantizer(Section):
+    """Values travel as fp32."""
+
+    kind: Literal["none"] = "none"
+
+
+class Cast(Section):
+    """Values travel as fp16 or bf16."""
+
+    kind: Literal["fp16", "bf16"]
+
+
+class QSGD(Section):
+    """QSGD: s levels with stochastic rounding (unbiased), one norm per bucket."""
+
+    kind: Literal["qsgd"] = "qsgd"
+    levels: Annotated[int, Field(ge=1, le=2**20)] = 16
+    bucket: Annotated[int, Field(ge=0)] = 0
+
+
+class ScaledSign(Section):
+    """Scaled sign: ||x_b||_1 / |b| * sign(x) per bucket b."""
+
+    kind: Literal["sign"] = "sign"
+    bucket: Annotated[int, Field(ge=0)] = 0
+
+
+Quantize = Annotated[NoQuantizer | Cast | QSGD | ScaledSign, Field(discriminator="kind")]
+
+
+class NoFeedback(Section):
+    """Whatever the codec drops is lost."""
+
+    kind: Literal["none"] = "none"
+
+
+class ResidualFeedback(Section):
+    """Error feedback (Stich et al.): what was not sent is added to the next input."""
+
+    kind: Literal["residual"] = "residual"
+
+
+class DGCFeedback(Section):
+    """DGC: momentum correction and momentum-factor masking around the residual."""
+
+    kind: Literal["dgc"] = "dgc"
+    momentum: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.9
+    nesterov: bool = False
+
+
+Feedback = Annotated[NoFeedback | ResidualFeedback | DGCFeedback, Field(discriminator="kind")]
+
+
+def _feedback_shorthand(value: Any) -> Any:
+    # `error_feedback: true` is the design card's spelling of the residual memory.
+    if value is True:
+        return {"kind": "residual"}
+    if value is False or value is None:
+        return {"kind": "none"}
+    return value
+
+
+class CodecConfig(Section):
+    """What an update becomes on the wire: transform -> select -> quantize, with feedback."""
+
+    transform: Transform = IdentityTransform()
+    select: Select = KeepAll()
+    quantize: Quantize = NoQuantizer()
+    error_feedback: Feedback = NoFeedback()
+    scope: Literal["tensor", "model"] = "tensor"
+    """'tensor': one payload per parameter tensor; 'model': one for the flattened model."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthands(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "error_feedback" in data:
+            data = {**data, "error_feedback": _feedback_shorthand(data["error_feedback"])}
+        return data

@@ -1,0 +1,179 @@
+"""The whole experiment: every section, and the rules that span sections."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, model_validator
+
+from thinwire.config._base import Section
+from thinwire.config._codec import CodecConfig, SharedMask
+from thinwire.config._learning import MLP, DataConfig, ModelConfig, TrainConfig
+from thinwire.config._policy import (
+    AlwaysSend,
+    CensorPolicy,
+    FixedBatch,
+    Policy,
+    PrivacyConfig,
+    RandomAccessPolicy,
+)
+from thinwire.config._runtime import ChannelConfig, Runtime, SimulationRuntime
+from thinwire.config._topology import (
+    SPARQ_CODEC,
+    ChocoGossip,
+    ExactGossip,
+    Gossip,
+    JwinsGossip,
+    MatchingTopology,
+    RegularTopology,
+    SparqGossip,
+    StarTopology,
+    Topology,
+)
+
+
+class Experiment(Section):
+    """One experiment: everything `thinwire run` needs."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)]
+    seed: Annotated[int, Field(ge=0, lt=2**63)] = 0
+    data: DataConfig = DataConfig()
+    model: ModelConfig = MLP()
+    train: TrainConfig = TrainConfig()
+    codec: CodecConfig = CodecConfig()
+    downlink: CodecConfig | None = None
+    """Codec for the server's model broadcast; None sends the model dense."""
+    policy: Policy = AlwaysSend()
+    privacy: PrivacyConfig | None = None
+    """DP-SGD on the clients; None trains without privacy."""
+    topology: Topology = StarTopology()
+    gossip: Gossip = ExactGossip()
+    """What gossip peers exchange; applies to decentralized runs (see `decentralized`)."""
+    channel: ChannelConfig = ChannelConfig()
+    runtime: Runtime = SimulationRuntime()
+    output: Path = Path("runs")
+
+    @property
+    def decentralized(self) -> bool:
+        """Whether peers gossip on a graph: any topology but star, or the gossip runtime."""
+        return self.topology.kind != "star" or self.runtime.kind == "gossip"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sparq_codec(cls, data: Any) -> Any:
+        # SPARQ compresses fired corrections with SignTop_k unless the file names a codec.
+        if isinstance(data, Mapping) and "codec" not in data:
+            gossip = data.get("gossip")
+            kind = (
+                gossip.get("kind") if isinstance(gossip, Mapping) else getattr(gossip, "kind", None)
+            )
+            if kind == "sparq":
+                data = {**data, "codec": SPARQ_CODEC}
+        return data
+
+    @model_validator(mode="after")
+    def _gossip_fits(self) -> Experiment:
+        if not self.decentralized:
+            if self.gossip != ExactGossip():
+                raise ValueError(
+                    "gossip applies to decentralized runs; set a topology other than star "
+                    "(or runtime.kind: gossip)"
+                )
+            return self
+        problems = _gossip_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @model_validator(mode="after")
+    def _per_client_lists(self) -> Experiment:
+        for key in ("uplink_mbps", "downlink_mbps", "latency_ms"):
+            value = getattr(self.channel, key)
+            if isinstance(value, list) and len(value) != self.data.clients:
+                raise ValueError(
+                    f"channel.{key} lists {len(value)} values for {self.data.clients} clients"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _policy_fits(self) -> Experiment:
+        random_access = isinstance(self.policy, RandomAccessPolicy)
+        if random_access and self.channel.slots is None:
+            raise ValueError("policy random_access needs channel.slots (slots per round)")
+        if self.channel.slots is not None and not random_access:
+            raise ValueError("channel.slots applies only to policy kind 'random_access'")
+        return self
+
+    @model_validator(mode="after")
+    def _privacy_fits(self) -> Experiment:
+        privacy = self.privacy
+        if privacy is not None and self.topology.kind != "star":
+            raise ValueError(
+                f"privacy trains the star's clients (topology: star), "
+                f"not the peers of topology {self.topology.kind!r}"
+            )
+        if (
+            privacy is not None
+            and isinstance(self.policy, CensorPolicy)
+            and not isinstance(self.policy.batch, FixedBatch)
+        ):
+            raise ValueError(
+                "privacy calibrates its noise for a fixed batch size; "
+                "use policy.batch kind 'fixed' with privacy"
+            )
+        if isinstance(self.codec.select, SharedMask):
+            if privacy is None or privacy.sparsity is None:
+                raise ValueError(
+                    "codec.select 'shared_mask' sends the DP sparsification mask's coordinates: "
+                    "set privacy.sparsity"
+                )
+            if self.codec.scope != "model":
+                raise ValueError(
+                    "codec.select 'shared_mask' needs codec.scope: model "
+                    "(the mask covers the flattened model)"
+                )
+        return self
+
+
+def _time_varying(topology: Topology) -> bool:
+    return isinstance(topology, MatchingTopology) or (
+        isinstance(topology, RegularTopology) and topology.time_varying
+    )
+
+
+def _gossip_problems(experiment: Experiment) -> list[str]:
+    # Settings of the star that a gossip run would silently ignore, and method mismatches.
+    problems = []
+    gossip = experiment.gossip
+    if experiment.runtime.kind not in ("simulation", "gossip"):
+        problems.append(f"runtime {experiment.runtime.kind!r} runs the star, not gossip peers")
+    if experiment.policy.kind != "always":
+        problems.append(
+            "policy applies to the star's clients; gossip peers send every round (SPARQ's "
+            "event trigger is gossip.kind: sparq)"
+        )
+    if experiment.downlink is not None:
+        problems.append("downlink compresses the star's server broadcast; remove it for gossip")
+    if experiment.train.participation != 1.0:
+        problems.append("train.participation samples the star's clients; gossip needs 1.0")
+    if isinstance(gossip, ExactGossip | JwinsGossip) and experiment.codec != CodecConfig():
+        what = "full models" if isinstance(gossip, ExactGossip) else "its own wavelet coefficients"
+        problems.append(
+            f"gossip.kind {gossip.kind} sends {what}; remove the codec section (it applies "
+            "to choco and sparq)"
+        )
+    if isinstance(gossip, ChocoGossip | SparqGossip):
+        if experiment.codec.error_feedback.kind != "none":
+            problems.append(
+                f"gossip.kind {gossip.kind} keeps x - x_hat as its memory of what was not "
+                "sent; set codec.error_feedback: none"
+            )
+        if _time_varying(experiment.topology):
+            problems.append(
+                f"gossip.kind {gossip.kind} needs a fixed graph: its public estimates x_hat_j "
+                "must see every message node j sends; use dpsgd or jwins on a graph redrawn "
+                "every round"
+            )
+    return problems

@@ -1,0 +1,206 @@
+"""The `data`, `model` and `train` sections."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from thinwire.config._base import (
+    Density,
+    Device,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    Section,
+)
+
+
+class IIDPartition(Section):
+    """Shuffle, then deal examples out evenly."""
+
+    kind: Literal["iid"] = "iid"
+
+
+class DirichletPartition(Section):
+    """Label skew: each class is split across clients in Dirichlet(alpha) proportions."""
+
+    kind: Literal["dirichlet"] = "dirichlet"
+    alpha: PositiveFloat = 0.5
+    min_examples: PositiveInt = 2
+    """Each client gets at least this many examples (the split is redrawn until it does)."""
+
+
+class ShardsPartition(Section):
+    """Sort by label, cut into equal shards, give each client `shards` of them (FedAvg)."""
+
+    kind: Literal["shards"] = "shards"
+    shards: PositiveInt = 2
+
+
+Partition = Annotated[
+    IIDPartition | DirichletPartition | ShardsPartition, Field(discriminator="kind")
+]
+
+
+class SyntheticData(Section):
+    """FedProx's Synthetic(alpha, beta): per-client softmax models and feature shifts."""
+
+    alpha: NonNegativeFloat = 1.0
+    beta: NonNegativeFloat = 1.0
+    dim: PositiveInt = 60
+    classes: Annotated[int, Field(ge=2)] = 10
+    samples_per_client: PositiveInt = 200
+    """Median client size; sizes are lognormal around it (at least 10 per client)."""
+
+
+FILE_DATASETS = ("mnist", "fashion_mnist", "cifar10")
+
+
+class DataConfig(Section):
+    """Which data, split over how many clients, and how."""
+
+    dataset: Literal["digits", "synthetic", "mnist", "fashion_mnist", "cifar10"] = "digits"
+    root: Path | None = None
+    """Folder holding the files of mnist / fashion_mnist / cifar10 (never downloaded)."""
+    clients: PositiveInt = 10
+    partition: Partition = IIDPartition()
+    test_fraction: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.2
+    """Held-out share for datasets without an official test split (digits, synthetic)."""
+    synthetic: SyntheticData | None = None
+
+    @model_validator(mode="after")
+    def _dataset_fields(self) -> DataConfig:
+        if self.dataset in FILE_DATASETS and self.root is None:
+            raise ValueError(f"dataset {self.dataset!r} reads local files: set data.root")
+        if self.dataset not in FILE_DATASETS and self.root is not None:
+            raise ValueError(f"data.root applies only to {', '.join(FILE_DATASETS)}")
+        if self.synthetic is not None and self.dataset != "synthetic":
+            raise ValueError("data.synthetic applies only to dataset 'synthetic'")
+        if self.dataset == "synthetic" and self.partition != IIDPartition():
+            raise ValueError(
+                "dataset 'synthetic' is generated per client (its own non-IID split); "
+                "remove data.partition"
+            )
+        return self
+
+
+class LogisticRegression(Section):
+    """Multinomial logistic regression (convex)."""
+
+    kind: Literal["logreg"] = "logreg"
+
+
+class MLP(Section):
+    """Fully connected network with ReLU."""
+
+    kind: Literal["mlp"] = "mlp"
+    hidden: list[PositiveInt] = [64]
+
+
+class CNN(Section):
+    """Two conv layers and a linear head."""
+
+    kind: Literal["cnn"] = "cnn"
+    channels: list[PositiveInt] = [16, 32]
+
+
+class ResNet20(Section):
+    """ResNet-20, the standard CIFAR variant (He et al., 3 stages of 3 basic blocks)."""
+
+    kind: Literal["resnet20"] = "resnet20"
+
+
+ModelConfig = Annotated[LogisticRegression | MLP | CNN | ResNet20, Field(discriminator="kind")]
+
+
+class SGD(Section):
+    """Local SGD (heavy-ball or Nesterov momentum optional)."""
+
+    kind: Literal["sgd"] = "sgd"
+    momentum: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    nesterov: bool = False
+    weight_decay: NonNegativeFloat = 0.0
+
+    @model_validator(mode="after")
+    def _nesterov_needs_momentum(self) -> SGD:
+        if self.nesterov and self.momentum == 0.0:
+            raise ValueError("nesterov needs momentum > 0")
+        return self
+
+
+class Adam(Section):
+    """Local Adam."""
+
+    kind: Literal["adam"] = "adam"
+    weight_decay: NonNegativeFloat = 0.0
+
+
+Optimizer = Annotated[SGD | Adam, Field(discriminator="kind")]
+
+
+class ConstantLR(Section):
+    """The same learning rate every round."""
+
+    kind: Literal["constant"] = "constant"
+
+
+class StepLR(Section):
+    """Multiply the learning rate by `gamma` at each listed round."""
+
+    kind: Literal["step"] = "step"
+    milestones: list[Annotated[int, Field(ge=1)]]
+    gamma: PositiveFloat = 0.1
+
+
+class CosineLR(Section):
+    """Cosine decay from lr to `final` * lr over the run."""
+
+    kind: Literal["cosine"] = "cosine"
+    final: NonNegativeFloat = 0.0
+
+
+class InverseTimeLR(Section):
+    """lr_t = lr * a / (a + t): the decaying schedule of convex analyses."""
+
+    kind: Literal["inverse_time"] = "inverse_time"
+    a: PositiveFloat = 10.0
+
+
+LRSchedule = Annotated[ConstantLR | StepLR | CosineLR | InverseTimeLR, Field(discriminator="kind")]
+
+
+class ServerStep(Section):
+    """How the server applies the averaged delta: x <- x + lr * m, m <- momentum * m + delta."""
+
+    lr: PositiveFloat = 1.0
+    momentum: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+
+
+class TrainConfig(Section):
+    """Rounds and local training."""
+
+    rounds: PositiveInt = 50
+    local_steps: PositiveInt | None = 10
+    local_epochs: PositiveInt | None = None
+    batch_size: PositiveInt = 32
+    lr: PositiveFloat = 0.05
+    optimizer: Optimizer = SGD()
+    schedule: LRSchedule = ConstantLR()
+    participation: Density = 1.0
+    """Fraction of clients sampled each round (seeded)."""
+    server: ServerStep = ServerStep()
+    eval_every: PositiveInt = 1
+    device: Device = "auto"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_budget(cls, data: Any) -> Any:
+        # local_epochs replaces the default local_steps unless both are written.
+        if isinstance(data, Mapping) and data.get("local_epochs") is not None:
+            if data.get("local_steps") is not None:
+                raise ValueError("set either train.local_steps or train.local_epochs, not both")
+            data = {**data, "local_steps": None}
+        return data

@@ -1,0 +1,126 @@
+"""Reading an experiment: YAML, dotted overrides, validation, errors in plain words."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from thinwire.config._base import ConfigError
+from thinwire.config._experiment import Experiment
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Returns `raw` with dotted `key=value` overrides applied (values parsed as YAML).
+
+    Raises:
+        ValueError: for an override that is not `dotted.key=value` or walks into a scalar.
+    """
+    result: dict[str, Any] = yaml.safe_load(yaml.safe_dump(raw)) or {}
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", key.strip()):
+            raise ValueError(f"override {item!r} is not of the form dotted.key=value")
+        parts = key.strip().split(".")
+        node = result
+        for i, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                where = ".".join(parts[: i + 1])
+                raise ValueError(f"override {item!r}: {where} is a value, not a section")
+            node = child
+        node[parts[-1]] = yaml.safe_load(text) if text.strip() else None
+    return result
+
+
+def _dotted(loc: tuple[int | str, ...], raw: Any) -> str:
+    # pydantic puts a tagged union's tag into the path (codec.select.topk.density) and
+    # validator names for function-validated types; keep only keys present in the input.
+    parts: list[str] = []
+    node = raw
+    for item in loc:
+        if isinstance(node, Mapping) and item in node:
+            node = node[item]
+            parts.append(str(item))
+        elif isinstance(node, list) and isinstance(item, int) and item < len(node):
+            node = node[item]
+            parts.append(f"[{item}]")
+        elif isinstance(item, str) and (
+            (isinstance(node, Mapping) and node.get("kind") == item)
+            or item.startswith(("function-", "list[", "tagged-union[", "literal["))
+            or item in ("int", "float", "str", "bool", "list")
+        ):
+            continue
+        else:
+            parts.append(str(item))
+            node = None
+    return ".".join(parts).replace(".[", "[") or "(top level)"
+
+
+def _message(error: Mapping[str, Any]) -> str:
+    msg = str(error["msg"])
+    for prefix in ("Value error, ", "Assertion failed, "):
+        msg = msg.removeprefix(prefix)
+    if error["type"] == "extra_forbidden":
+        return "unknown key"
+    if error["type"] == "missing":
+        return "required field is missing"
+    if error["type"] == "union_tag_not_found":
+        return "missing 'kind'"
+    if error["type"] == "union_tag_invalid":
+        ctx = error.get("ctx", {})
+        return f"unknown kind {ctx.get('tag')!r}; expected one of {ctx.get('expected_tags')}"
+    msg = msg[0].lower() + msg[1:] if msg else msg
+    if error["type"] not in ("model_type", "union_tag_invalid", "union_tag_not_found"):
+        value = error.get("input")
+        if not isinstance(value, Mapping | list):
+            msg += f", got {value!r}"
+    return msg
+
+
+def parse_config(raw: Any, source: str = "<config>") -> Experiment:
+    """Validates an already-parsed YAML document.
+
+    Raises:
+        ConfigError: listing each invalid field as `dotted.path: problem, got value`.
+    """
+    if not isinstance(raw, Mapping):
+        raise ConfigError(source, [f"expected a mapping of sections, got {type(raw).__name__}"])
+    try:
+        return Experiment.model_validate(raw)
+    except ValidationError as exc:
+        problems = [f"{_dotted(e['loc'], raw)}: {_message(e)}" for e in exc.errors()]
+        raise ConfigError(source, problems) from None
+
+
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Experiment:
+    """Reads an experiment YAML file, applies `key=value` overrides and validates it.
+
+    Args:
+        path: the YAML file.
+        overrides: dotted overrides such as `codec.select.density=0.001`.
+
+    Raises:
+        ConfigError: naming the file and each bad field.
+    """
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(source, [f"cannot read the file: {exc.strerror or exc}"]) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(source, [f"{where}not valid YAML ({problem})"]) from None
+    try:
+        raw = apply_overrides(raw if isinstance(raw, dict) else {}, overrides) if overrides else raw
+    except ValueError as exc:
+        raise ConfigError(source, [str(exc)]) from None
+    return parse_config(raw, source)

@@ -1,0 +1,113 @@
+"""The `channel` section (the simulated network) and the `runtime` section."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, model_validator
+
+from thinwire.config._base import NonNegativeFloat, PositiveFloat, PositiveInt, Section
+
+
+class ChannelConfig(Section):
+    """The simulated network: per-client link speeds (one value for all, or one per client)."""
+
+    uplink_mbps: PositiveFloat | list[PositiveFloat] = 20.0
+    downlink_mbps: PositiveFloat | list[PositiveFloat] = 100.0
+    latency_ms: NonNegativeFloat | list[NonNegativeFloat] = 10.0
+    slots: PositiveInt | None = None
+    """Random-access uplink: slots per round (slotted ALOHA); None: every sender gets a link."""
+    slot_ms: PositiveFloat = 10.0
+    """Duration of one random-access slot."""
+
+
+class SimulationRuntime(Section):
+    """Every role in one process."""
+
+    kind: Literal["simulation"] = "simulation"
+
+
+_ADDRESS = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})")
+
+
+def _address(text: str, *, port_zero: bool = False) -> str:
+    match = _ADDRESS.fullmatch(text)
+    low = 0 if port_zero else 1
+    if not match or not low <= int(match.group(1)) <= 65535:
+        raise ValueError(f"{text!r} is not host:port (port {low}..65535; IPv6 hosts in [ ])")
+    return text
+
+
+def _peer_address(text: str) -> str:
+    return _address(text)
+
+
+def _peer_pattern(text: str) -> str:
+    if "{i}" not in text:
+        raise ValueError(f"pattern {text!r} must contain {{i}}, the node id")
+    _address(text.replace("{i}", "0"))
+    return text
+
+
+def _listen_address(text: str) -> str:
+    _address(text.replace("{port}", "1").replace("{i}", "0"), port_zero=True)
+    return text
+
+
+class TLSFiles(Section):
+    """PEM files of one node: the run's CA, this node's certificate and its private key."""
+
+    ca: Path
+    cert: Path
+    key: Path
+    mutual: bool = True
+    """Require a client certificate from every pusher and bind it to the claimed node id."""
+
+
+class GossipRuntime(Section):
+    """One `thinwire peer` process per graph node, each serving the gRPC `Gossip` service.
+
+    Peers are listed (`peers`, one host:port per node) or generated (`pattern`, such as
+    `peer-{i}:50051`). Exactly one of `tls` and `insecure: true` must be set, so a run is
+    never unencrypted by accident.
+    """
+
+    kind: Literal["gossip"] = "gossip"
+    run_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)]
+    """Names the run; nodes accept pushes only from their own run."""
+    peers: list[Annotated[str, AfterValidator(_peer_address)]] | None = None
+    pattern: Annotated[str, AfterValidator(_peer_pattern)] | None = None
+    listen: Annotated[str, AfterValidator(_listen_address)] = "[::]:{port}"
+    """Where a node serves; {port} is the port of its own peer address, {i} its id."""
+    deadline_s: PositiveFloat = 30.0
+    """How long a node waits for its neighbours each round; also each push's deadline."""
+    chunk_bytes: Annotated[int, Field(ge=1024, le=64 * 2**20)] = 2**20
+    max_message_bytes: Annotated[int, Field(ge=1024, le=2**40)] = 2**30
+    """Largest encoded update a node accepts, in bytes."""
+    window: Annotated[int, Field(ge=1, le=1000)] = 2
+    """Rounds a node buffers: pushes for [current, current + window) are kept."""
+    retries: Annotated[int, Field(ge=0, le=4)] = 3
+    """Extra attempts of a push that failed with UNAVAILABLE (gRPC allows at most 4)."""
+    backoff_s: PositiveFloat = 0.2
+    """First retry's backoff bound; it doubles with every further attempt."""
+    keepalive_s: PositiveFloat = 60.0
+    """Interval of HTTP/2 keepalive pings on an open connection."""
+    tls: TLSFiles | None = None
+    insecure: bool = False
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> GossipRuntime:
+        if (self.peers is None) == (self.pattern is None):
+            raise ValueError("set exactly one of runtime.peers and runtime.pattern")
+        if self.peers is not None and len(self.peers) < 2:
+            raise ValueError(f"runtime.peers lists {len(self.peers)} address; gossip needs 2+")
+        if (self.tls is None) == (not self.insecure):
+            raise ValueError("set exactly one of runtime.tls and runtime.insecure: true")
+        if self.chunk_bytes > self.max_message_bytes:
+            raise ValueError("runtime.chunk_bytes must not exceed runtime.max_message_bytes")
+        return self
+
+
+Runtime = Annotated[SimulationRuntime | GossipRuntime, Field(discriminator="kind")]
