@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from sklearn.datasets import load_digits
 
 from thinwire.config import DataConfig, SyntheticData
 from thinwire.learning._cifar import load_cifar10
@@ -122,6 +121,10 @@ def _stratified_split(
 
 
 def _digits(config: DataConfig, seed: int) -> Dataset:
+    # Imported here: scikit-learn takes seconds to import, and every Flower ClientApp
+    # message and gossip peer is a fresh process that may not need it.
+    from sklearn.datasets import load_digits
+
     bunch = load_digits()
     x = torch.from_numpy(bunch.images).float().div_(16.0).unsqueeze(1)
     y = torch.from_numpy(bunch.target).long()
