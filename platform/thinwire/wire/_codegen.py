@@ -7,20 +7,20 @@ into a temporary folder and fails when the committed modules have drifted. Needs
 
 from __future__ import annotations
 
-import importlib
 import shutil
 import tempfile
 from pathlib import Path
 
-PROTO_PACKAGES = ("thinwire.wire", "thinwire.topologies")
-"""Packages whose folders hold `.proto` files (roles live outside `platform/`)."""
-
 
 def proto_files() -> dict[Path, str]:
     """Every `.proto` file thinwire owns, mapped to its path inside the import package."""
+    import thinwire.topologies
+    import thinwire.wire
+
     found: dict[Path, str] = {}
-    for package in PROTO_PACKAGES:
-        folder = Path(importlib.import_module(package).__file__ or "").parent
+    for module in (thinwire.wire, thinwire.topologies):  # roles live outside platform/
+        package = module.__name__
+        folder = Path(module.__file__ or "").parent
         for proto in sorted(folder.glob("*.proto")):
             found[proto] = "/".join([*package.split("."), proto.name])
     return found
