@@ -104,13 +104,14 @@ def _client(context: Context) -> Client:
     """This node's client, with the state it kept from its previous rounds."""
     experiment = read_run_config(context.run_config).experiment
     identity = node_identity(context.node_config)
-    if identity.partitions != experiment.data.clients:
+    clients = experiment.data.clients
+    if identity.partitions not in (None, clients) or identity.partition >= clients:
+        of = f" of {identity.partitions}" if identity.partitions is not None else ""
         raise ConfigError(
             "node config",
             [
-                f"this SuperNode serves partition {identity.partition} of "
-                f"{identity.partitions}, but the experiment has {experiment.data.clients} "
-                "clients (data.clients)"
+                f"this SuperNode serves partition {identity.partition}{of}, but the "
+                f"experiment has {clients} clients (data.clients)"
             ],
         )
     federation = load_federation(experiment)

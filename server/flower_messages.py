@@ -161,40 +161,41 @@ class Identity(NamedTuple):
     """Which client a SuperNode serves."""
 
     partition: int  # the client index, 0-based
-    partitions: int  # how many clients the SuperNode was told there are
+    partitions: int | None  # how many clients the SuperNode was told there are, if it was
 
 
 def node_identity(node_config: Mapping[str, Any]) -> Identity:
-    """Reads the partition a SuperNode was started with.
+    """Reads the partition a SuperNode was started with (`num-partitions` is optional).
 
     Raises:
         ValueError: naming the missing or invalid `--node-config` key.
     """
     hint = (
-        "start the SuperNode with `thinwire client --partition I --num-partitions N` or "
+        "start the SuperNode with `thinwire client --partition I [--num-partitions N]` or "
         f'`flower-supernode --node-config "{NODE_PARTITION}=I {NODE_NUM_PARTITIONS}=N"`'
     )
-    values = []
-    for key in (NODE_PARTITION, NODE_NUM_PARTITIONS):
-        value = node_config.get(key)
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ValueError(f"node config {key!r} must be an integer, got {value!r}; {hint}")
-        values.append(value)
-    partition, partitions = values
-    if not 0 <= partition < partitions:
-        raise ValueError(f"node config {NODE_PARTITION}={partition} is not in [0, {partitions})")
+    partition = node_config.get(NODE_PARTITION)
+    if not _is_int(partition) or partition < 0:
+        raise ValueError(
+            f"node config {NODE_PARTITION!r} must be an integer >= 0, got {partition!r}; {hint}"
+        )
+    partitions = node_config.get(NODE_NUM_PARTITIONS)
+    if partitions is None:
+        return Identity(partition, None)
+    if not _is_int(partitions) or not 0 <= partition < partitions:
+        raise ValueError(
+            f"node config {NODE_NUM_PARTITIONS!r} must be an integer > {NODE_PARTITION} "
+            f"({partition}), got {partitions!r}; {hint}"
+        )
     return Identity(partition, partitions)
 
 
 def identity_reply(identity: Identity) -> RecordDict:
     """The content of a ClientApp's answer to an identify query."""
-    return RecordDict(
-        {
-            _IDENTITY: ConfigRecord(
-                {NODE_PARTITION: identity.partition, NODE_NUM_PARTITIONS: identity.partitions}
-            )
-        }
-    )
+    config: dict[str, int] = {NODE_PARTITION: identity.partition}
+    if identity.partitions is not None:
+        config[NODE_NUM_PARTITIONS] = identity.partitions
+    return RecordDict({_IDENTITY: ConfigRecord(config)})
 
 
 def read_identity(content: RecordDict) -> Identity:
@@ -205,8 +206,10 @@ def read_identity(content: RecordDict) -> Identity:
     """
     record = _record(content, _IDENTITY, ConfigRecord)
     partition = _int(record, NODE_PARTITION, _IDENTITY)
-    partitions = _int(record, NODE_NUM_PARTITIONS, _IDENTITY)
-    if not 0 <= partition < partitions:
+    partitions = (
+        _int(record, NODE_NUM_PARTITIONS, _IDENTITY) if NODE_NUM_PARTITIONS in record else None
+    )
+    if partition < 0 or (partitions is not None and partition >= partitions):
         raise WireError(f"{_IDENTITY}: partition {partition} is not in [0, {partitions})")
     return Identity(partition, partitions)
 
@@ -349,9 +352,13 @@ def _record(content: RecordDict, key: str, kind: type) -> Any:
     return record
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _int(record: Mapping[str, Any], key: str, where: str) -> int:
     value = record.get(key)
-    if not isinstance(value, int) or isinstance(value, bool):
+    if not _is_int(value):
         raise WireError(f"{where}: {key!r} must be an integer, got {value!r}")
     return value
 

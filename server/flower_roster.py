@@ -4,8 +4,9 @@ Flower names SuperNodes by random node ids; thinwire's round logic names clients
 (the partition each SuperNode was started with). The ServerApp asks every node it has not
 identified yet for its partition once (an identify query), and keeps the answers here:
 
-- a node whose `num-partitions` differs from the experiment's `data.clients` is refused
-  for the whole run (it was started for another experiment), with one error in the log;
+- a node whose `num-partitions` (when it was given one) differs from the experiment's
+  `data.clients`, or whose partition is out of range, is refused for the whole run (it was
+  started for another experiment), with one error in the log;
 - a later node claiming a partition that is already served replaces the earlier one (a
   restarted client host gets a new node id), and the earlier one is never asked again;
 - a client whose node misses a round is dropped; if its node is still listed by the
@@ -69,13 +70,14 @@ class Roster:
         self._asking.discard(node)
         if node in self._retired:
             return
-        if identity.partitions != self.clients:
+        if identity.partitions not in (None, self.clients) or identity.partition >= self.clients:
+            of = f" of {identity.partitions}" if identity.partitions is not None else ""
             logger.error(
-                "node %d serves partition %d of %d, but this experiment has %d clients "
+                "node %d serves partition %d%s, but this experiment has %d clients "
                 "(data.clients); it is left out of the run",
                 node,
                 identity.partition,
-                identity.partitions,
+                of,
                 self.clients,
             )
             self._retired.add(node)
