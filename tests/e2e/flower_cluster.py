@@ -11,6 +11,7 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -31,7 +32,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def service_commands(
-    *, host: str, superlink: str, node_ports: list[int], config: str = EXAMPLE
+    *,
+    host: str,
+    superlink: str,
+    node_ports: list[int],
+    config: str = EXAMPLE,
+    certificates: Path | None = None,
 ) -> dict[str, list[str]]:
     """The command of every compose service, for a SuperLink at `superlink`.
 
@@ -40,28 +46,51 @@ def service_commands(
         superlink: the address SuperNodes and the submitter use to reach it.
         node_ports: each SuperNode's Runtime API port (one SuperNode per client).
         config: the experiment file the one-shot service submits.
+        certificates: the folder of `docker/make-certs.sh` files for TLS; None for plain HTTP.
     """
     port = int(superlink.rpartition(":")[2])
+    ca = certificates / "ca.crt" if certificates else None
+    trust = ["--root-certificates", str(ca)] if ca else ["--insecure"]
     commands = {
-        "superlink": superlink_command(host=host, port=port, isolation="process"),
-        "superexec-serverapp": superexec_command(superlink, insecure=True),
+        "superlink": superlink_command(
+            host=host,
+            port=port,
+            isolation="process",
+            certificates=(
+                (ca, certificates / "superlink.crt", certificates / "superlink.key")
+                if certificates and ca
+                else None
+            ),
+        ),
+        "superexec-serverapp": superexec_command(
+            superlink, insecure=ca is None, root_certificates=ca
+        ),
     }
     for i, node_port in enumerate(node_ports):
-        commands[f"supernode-{i}"] = [
-            "thinwire",
-            "client",
-            "--superlink",
-            superlink,
-            "--partition",
-            str(i),
-            "--num-partitions",
-            str(len(node_ports)),
-            "--port",
-            str(node_port),
-            "--insecure",
-        ]
-    commands["submit"] = ["thinwire", "server", config, "--superlink", superlink]
+        commands[f"supernode-{i}"] = client_command(superlink, i, len(node_ports), node_port, ca)
+    submit = ["thinwire", "server", config, "--superlink", superlink]
+    commands["submit"] = submit + (trust if ca else [])
     return commands
+
+
+def client_command(
+    superlink: str, partition: int | str, partitions: int | str, port: int, ca: Path | None
+) -> list[str]:
+    """`thinwire client` for one SuperNode (TLS trusting `ca`, or plain HTTP without it)."""
+    trust = ["--root-certificates", str(ca)] if ca else ["--insecure"]
+    return [
+        "thinwire",
+        "client",
+        "--superlink",
+        superlink,
+        "--partition",
+        str(partition),
+        "--num-partitions",
+        str(partitions),
+        "--port",
+        str(port),
+        *trust,
+    ]
 
 
 def free_port() -> int:
@@ -140,12 +169,14 @@ class Cluster:
         _kill_tree(self.processes[name].pid, signal.SIGKILL)
         self.processes[name].wait(timeout=30)
 
-    def wait_healthy(self, port: int, timeout_s: float = 60.0) -> None:
-        """Waits until the HTTP server on `port` answers /health."""
+    def wait_healthy(self, port: int, *, ca: Path | None = None, timeout_s: float = 60.0) -> None:
+        """Waits until the server on `port` answers /health (over TLS trusting `ca`, if given)."""
         deadline = time.monotonic() + timeout_s
+        url = f"https://localhost:{port}/health" if ca else f"http://127.0.0.1:{port}/health"
+        context = ssl.create_default_context(cafile=str(ca)) if ca else None
         while True:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                with urllib.request.urlopen(url, timeout=2, context=context):
                     return
             except (urllib.error.URLError, OSError):
                 dead = [n for n, p in self.processes.items() if p.poll() is not None]
