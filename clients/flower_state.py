@@ -24,7 +24,7 @@ import json
 from collections.abc import Mapping
 
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, ConfigRecordValues, RecordDict
 
 from thinwire.clients.client import ClientState
 from thinwire.statetree import Leaf, flatten, unflatten
@@ -56,7 +56,7 @@ _DTYPES = {
 def save_state(state: ClientState, records: RecordDict) -> None:
     """Writes `state` into `records` (a `context.state`), replacing what was there."""
     tensors: dict[str, Array] = {}
-    scalars: dict[str, str] = {}
+    scalars: dict[str, ConfigRecordValues] = {}
     for path, leaf in flatten(state).items():
         if isinstance(leaf, torch.Tensor):
             tensors[path] = _tensor_array(leaf)
@@ -76,10 +76,12 @@ def load_state(records: RecordDict, initial: ClientState) -> ClientState | None:
     Raises:
         ValueError: if the stored state does not fit this client (another model or codec).
     """
-    if _TENSORS not in records or _SCALARS not in records:
+    if _TENSORS not in records.array_records or _SCALARS not in records.config_records:
         return None
-    flat: dict[str, Leaf] = {path: _array_tensor(path, a) for path, a in records[_TENSORS].items()}
-    for path, text in records[_SCALARS].items():
+    flat: dict[str, Leaf] = {
+        path: _array_tensor(path, array) for path, array in records.array_records[_TENSORS].items()
+    }
+    for path, text in records.config_records[_SCALARS].items():
         if not isinstance(text, str):
             raise ValueError(f"stored client state {path!r} is not JSON text")
         flat[path] = json.loads(text)

@@ -25,10 +25,17 @@ anything missing or mistyped; what is inside the update bytes is checked later b
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 import yaml
-from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    ConfigRecordValues,
+    MetricRecord,
+    RecordDict,
+)
 
 from thinwire.config import ConfigError, Experiment, parse_config
 from thinwire.wire import WireError
@@ -192,7 +199,7 @@ def node_identity(node_config: Mapping[str, Any]) -> Identity:
 
 def identity_reply(identity: Identity) -> RecordDict:
     """The content of a ClientApp's answer to an identify query."""
-    config: dict[str, int] = {NODE_PARTITION: identity.partition}
+    config: dict[str, ConfigRecordValues] = {NODE_PARTITION: identity.partition}
     if identity.partitions is not None:
         config[NODE_NUM_PARTITIONS] = identity.partitions
     return RecordDict({_IDENTITY: ConfigRecord(config)})
@@ -227,7 +234,7 @@ class Instruction(NamedTuple):
 
 def instruction(downlink: bytes, round: int, delivered: bool | None = None) -> RecordDict:
     """The content of a train or evaluate message."""
-    config: dict[str, int | bool] = {_ROUND: round}
+    config: dict[str, ConfigRecordValues] = {_ROUND: round}
     if delivered is not None:
         config[_DELIVERED] = delivered
     return RecordDict(
@@ -352,7 +359,7 @@ def _record(content: RecordDict, key: str, kind: type) -> Any:
     return record
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
