@@ -23,11 +23,11 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -401,10 +401,14 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = [" | ".join(head), " | ".join("---" for _ in head)]
     for row in rows:
         base = next(
-            r
-            for r in rows
-            if (r["size"], r["network"], r["scheme"]) == (row["size"], row["network"], "fedavg")
+            (
+                r
+                for r in rows
+                if (r["size"], r["network"], r["scheme"]) == (row["size"], row["network"], "fedavg")
+            ),
+            None,
         )
+        speedup = f"{base['round_s'] / row['round_s']:.2f}x" if base else "-"
         lines.append(
             " | ".join(
                 [
@@ -415,7 +419,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                     f"{row['round_s']:.2f}",
                     f"{row['rounds_per_min']:.1f}",
                     f"{row['wire_mb_per_round']:.2f}",
-                    f"{base['round_s'] / row['round_s']:.2f}x",
+                    speedup,
                 ]
             )
         )
@@ -441,18 +445,16 @@ def main() -> None:
         else:
             print(f"shaped links unavailable here, loopback only: {reason}")
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="flower-star-bench-") as tmp:
-        for shaped in networks:
-            for size in args.sizes:
-                for scheme in args.schemes:
-                    print(
-                        f"running {scheme} {size} {'shaped' if shaped else 'loopback'} ...",
-                        flush=True,
-                    )
-                    rows.append(run_once(size, scheme, args.rounds, shaped, Path(tmp)))
-                    print(
-                        f"  round times (s): {[round(t, 2) for t in rows[-1]['times']]}", flush=True
-                    )
+    work = args.out / "flower_star"  # logs and run folders of every run, kept for inspection
+    shutil.rmtree(work, ignore_errors=True)
+    for shaped in networks:
+        for size in args.sizes:
+            for scheme in args.schemes:
+                network = "shaped" if shaped else "loopback"
+                print(f"running {scheme} {size} {network} ...", flush=True)
+                rows.append(run_once(size, scheme, args.rounds, shaped, work))
+                times = [round(t, 2) for t in rows[-1]["times"]]
+                print(f"  round times (s): {times}", flush=True)
     print()
     sizes = ", ".join(f"{s} = {parameters(s):,}" for s in args.sizes)
     print(

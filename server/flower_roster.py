@@ -35,6 +35,7 @@ class Roster:
         self._live: dict[int, int] = {}  # client index -> node id
         self._asking: set[int] = set()  # nodes with an identify query in flight
         self._retired: set[int] = set()  # refused or replaced nodes: never asked again
+        self._served_by: dict[int, int] = {}  # client index -> the last node that served it
 
     def live(self) -> list[int]:
         """The indices of the clients that can take part now, sorted."""
@@ -65,11 +66,16 @@ class Roster:
         self._asking.update(new)
         return new
 
-    def identified(self, node: int, identity: Identity) -> None:
-        """Records a node's answer to the identify query."""
+    def identified(self, node: int, identity: Identity) -> int | None:
+        """Records a node's answer to the identify query.
+
+        Returns:
+            The client, if a node other than the one that served it before serves it now
+            (a restarted host: it holds none of the state of the earlier node).
+        """
         self._asking.discard(node)
         if node in self._retired:
-            return
+            return None
         if identity.partitions not in (None, self.clients) or identity.partition >= self.clients:
             of = f" of {identity.partitions}" if identity.partitions is not None else ""
             logger.error(
@@ -81,16 +87,18 @@ class Roster:
                 self.clients,
             )
             self._retired.add(node)
-            return
-        previous = self._live.get(identity.partition)
-        if previous is not None and previous != node:
-            logger.warning(
-                "client %d: node %d replaces node %d", identity.partition, node, previous
-            )
-            self._retired.add(previous)
-        elif previous is None:
-            logger.info("client %d: served by node %d", identity.partition, node)
-        self._live[identity.partition] = node
+            return None
+        client = identity.partition
+        current = self._live.get(client)
+        if current is not None and current != node:
+            logger.warning("client %d: node %d replaces node %d", client, node, current)
+            self._retired.add(current)
+        elif current is None:
+            logger.info("client %d: served by node %d", client, node)
+        self._live[client] = node
+        previous = self._served_by.get(client)
+        self._served_by[client] = node
+        return client if previous is not None and previous != node else None
 
     def unanswered(self, node: int, reason: str) -> None:
         """Records that a node's identify query failed; it is asked again later."""

@@ -1,25 +1,22 @@
-"""The star's round loop on a Flower grid: the simulator's loop, with real messages.
+"""The ServerApp's round loop: `StarStrategy` driven over the grid with a short poll.
 
-`FlowerStar.run` drives the same `Aggregator` as `thinwire.simulate`, in the same order, so
-a seeded experiment gives the same model and the same byte counts in both runtimes. Per round:
+`FlowerStar.run` mirrors `thinwire.simulate` round for round, with the same `Aggregator` (in
+a `StarStrategy`), so a seeded experiment gives the same model and the same byte counts in
+both runtimes. It does what Flower's `Strategy.start` does, with three differences that
+matter for a deployment:
 
-1. Sample the round's clients (`sample_clients`, seeded as in the simulator) and keep those
-   whose SuperNode is live (`Roster`).
-2. `Aggregator.broadcast` gives each participant its downlink bytes; they go down in a train
-   message with the round number and whether that client's previous update counted.
-3. Replies are pulled every `poll_interval_s` until every participant has answered or
-   `round_timeout_s` has passed. Update bytes go to `Aggregator.receive`, which validates
-   them (a `WireError` drops that update, is counted and logged, and the run goes on). A
-   reply without update bytes means the client's policy kept silent. An error reply, or
-   none by the deadline, is a dropout: that client is left out until it answers again.
-4. With at least `min_replies` answers the round is averaged (`finish_round`, in client
-   order, so arrival order does not matter); with fewer, the run stops after writing a
-   checkpoint it can resume from.
-5. The global model is evaluated on the held-out set (and, with `client_eval`, on every
-   live client's own data), the round record goes to the run folder, and every
-   `checkpoint_every` rounds a checkpoint is written.
+- replies are pulled every `runtime.poll_interval_s` (Flower's loop pulls every 3 s, which
+  sets the pace of a round on a fast network), and identify queries to nodes that connect
+  later are answered while rounds run;
+- a round waits until every participant has answered or `runtime.round_timeout_s` passed;
+  a client that has not answered by then drops out (the strategy counts it), and the run
+  stops with a checkpoint when fewer than `runtime.min_replies` answered;
+- each round's record (bytes: `len()` of the update and downlink bytes that travelled,
+  server-side evaluation on the held-out set, client evaluation with `runtime.client_eval`)
+  goes to the run folder, and every `runtime.checkpoint_every` rounds a checkpoint.
 
-Bytes in the records are `len()` of the update and downlink bytes that travelled.
+A client whose reply comes late loses that round's update: the server tells it nothing
+about its delivery (rather than risk counting an update twice), as for any dropped update.
 """
 
 from __future__ import annotations
@@ -31,32 +28,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from flwr.app import Message, RecordDict
-from flwr.common.constant import ErrorCode
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
 from thinwire.channel import Channel
-from thinwire.codecs.model import ModelCodec
-from thinwire.config import Experiment, FlowerRuntime
+from thinwire.config import Experiment
 from thinwire.learning import Federation
 from thinwire.metrics import Record, RunRecorder
 from thinwire.server.aggregator import Aggregator
 from thinwire.server.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
 from thinwire.server.flower_exchange import Exchange
-from thinwire.server.flower_messages import (
-    EVALUATE,
-    IDENTIFY,
-    TRAIN,
-    ClientEvaluation,
-    TrainReply,
-    instruction,
-    read_evaluation,
-    read_identity,
-    read_train_reply,
-)
-from thinwire.server.flower_roster import Roster
+from thinwire.server.flower_messages import IDENTIFY
+from thinwire.server.flower_strategy import QuorumError, StarStrategy
 from thinwire.server.sampling import sample_clients
-from thinwire.wire import Kind, Update, WireError, encode
 
 __all__ = ["FlowerStar", "QuorumError"]
 
@@ -64,34 +48,6 @@ logger = logging.getLogger(__name__)
 
 _LIST_NODES_EVERY_S = 1.0
 """While waiting for clients, how often the SuperLink is asked for newly connected nodes."""
-
-_TRANSIENT = frozenset(
-    {ErrorCode.MESSAGE_UNAVAILABLE, ErrorCode.REPLY_MESSAGE_UNAVAILABLE, ErrorCode.NODE_UNAVAILABLE}
-)
-"""Error codes the SuperLink gives for lost messages, as opposed to a ClientApp's failure."""
-
-
-class QuorumError(RuntimeError):
-    """Fewer clients answered than `runtime.min_replies` asks for; the run cannot go on."""
-
-
-class _Replies:
-    """One message fan-out: which client each message went to and what came back."""
-
-    def __init__(self, on_answer: Callable[[int, Message], None]) -> None:
-        self.pending: dict[str, int] = {}  # message id -> client
-        self.dropped: dict[int, str] = {}  # client -> why it did not answer
-        self.on_answer = on_answer
-
-    def on_reply(self, reply: Message) -> None:
-        client = self.pending.pop(reply.metadata.reply_to_message_id)
-        if reply.has_error():
-            self.dropped[client] = f"error {reply.error.code}: {reply.error.reason}"
-        else:
-            self.on_answer(client, reply)
-
-    def done(self) -> bool:
-        return not self.pending
 
 
 class FlowerStar:
@@ -105,39 +61,41 @@ class FlowerStar:
         federation: Federation,
         recorder: RunRecorder,
         resume: Path | None = None,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        runtime = experiment.runtime
-        self.settings = runtime if isinstance(runtime, FlowerRuntime) else FlowerRuntime()
+        self.grid = grid
         self.experiment = experiment
         self.federation = federation
         self.recorder = recorder
         self.checkpoints = recorder.dir / "checkpoints"
-        self.grid = grid
-        self.clock = clock
         workspace = federation.workspace
-        self.aggregator = Aggregator(
+        aggregator = Aggregator(
             experiment=experiment, workspace=workspace, initial=workspace.tensors()
         )
         self.cum_up = self.cum_down = 0
         if resume is not None:
-            checkpoint = load_checkpoint(resume, self.aggregator)
-            self.aggregator.state = checkpoint.state
+            checkpoint = load_checkpoint(resume, aggregator)
+            aggregator.state = checkpoint.state
             self.cum_up, self.cum_down = checkpoint.cum_bytes_up, checkpoint.cum_bytes_down
-        self.dense = ModelCodec.dense(workspace.spec)
+        self.strategy = StarStrategy(experiment=experiment, aggregator=aggregator)
+        self.settings = self.strategy.settings
+        self.roster = self.strategy.roster
         self.channel = Channel(experiment.channel, experiment.data.clients)
-        self.exchange = Exchange(grid, poll_interval_s=self.settings.poll_interval_s, clock=clock)
-        self.roster = Roster(experiment.data.clients)
-        self.outcomes: dict[int, bool] = {}  # client -> did its last update count
+        self.exchange = Exchange(grid, poll_interval_s=self.settings.poll_interval_s)
         self._identifying: dict[str, int] = {}  # identify message id -> node
+
+    @property
+    def aggregator(self) -> Aggregator:
+        """The server's round logic and global model."""
+        return self.strategy.aggregator
 
     # ------------------------------------------------------------------ the run
 
     def run(self) -> dict[str, torch.Tensor]:
         """Runs the remaining rounds and returns the final global model."""
         settings = self.settings
+        self.strategy.summary()
         self._await_clients(
-            self.roster.complete, self.clock() + settings.connect_timeout_s, "to connect"
+            self.roster.complete, time.monotonic() + settings.connect_timeout_s, "to connect"
         )
         live = self.roster.live()
         if len(live) < settings.min_replies:
@@ -184,160 +142,68 @@ class FlowerStar:
     def _round(self, round: int) -> Record:
         start = time.perf_counter()
         settings = self.settings
-        deadline = self.clock() + settings.round_timeout_s
-        sampled = sample_clients(self.experiment, round)
+        sampled = set(sample_clients(self.experiment, round))
         needed = min(settings.min_replies, len(sampled))
-
-        def enough_live() -> bool:
-            return len(set(sampled) & set(self.roster.live())) >= needed
-
-        self._await_clients(enough_live, deadline, f"for round {round}")
-        live = set(self.roster.live())
-        participants = [c for c in sampled if c in live]
-        if len(participants) < len(sampled):
-            absent = sorted(set(sampled) - live)
-            logger.warning("round %d: sampled clients %s are not connected", round, absent)
-        before = self.aggregator.state
-        downlink = self.aggregator.broadcast(round, participants)
-
-        trained: dict[int, TrainReply] = {}
-        malformed: dict[int, str] = {}
-
-        def on_answer(client: int, reply: Message) -> None:
-            try:
-                answer = read_train_reply(reply.content)
-            except WireError as exc:
-                malformed[client] = str(exc)
-                logger.warning(
-                    "round %d: client %d: malformed reply: WireError: %s", round, client, exc
-                )
-                return
-            trained[client] = answer
-            if answer.update is not None:
-                receipt = self.aggregator.receive(client, answer.update)
-                if not receipt.accepted:
-                    logger.warning(
-                        "round %d: client %d: update dropped: WireError: %s",
-                        round,
-                        client,
-                        receipt.error,
-                    )
-
-        messages = {
-            c: Message(
-                instruction(downlink[c], round, self.outcomes.pop(c, None)),
-                self.roster.node(c),
-                TRAIN,
-                ttl=settings.round_timeout_s,
-                group_id=str(round),
-            )
-            for c in participants
-        }
-        replies = self._fan_out(messages, on_answer, deadline)
-        for client in replies.dropped:
-            self.roster.drop(client)
-        answered = len(trained) + len(malformed)
-        if answered < settings.min_replies:
-            self.aggregator.state = before
+        self._await_clients(
+            lambda: len(sampled & set(self.roster.live())) >= needed,
+            time.monotonic() + settings.round_timeout_s,
+            f"for round {round}",
+        )
+        messages = self.strategy.configure_train(round, ArrayRecord(), ConfigRecord(), self.grid)
+        try:
+            self.strategy.aggregate_train(round, self._exchange(list(messages)))
+        except QuorumError as exc:
             path = self._checkpoint()
-            raise QuorumError(
-                f"round {round}: {answered} of {len(participants)} clients answered within "
-                f"{settings.round_timeout_s:g} s; runtime.min_replies is {settings.min_replies}. "
-                f"Resume with --resume {path}"
-            )
-        result = self.aggregator.finish_round()
-        self.outcomes.update(result.delivered)
-        self.outcomes.update(dict.fromkeys(malformed, False))
-
-        up = {c: len(r.update) for c, r in trained.items() if r.update is not None}
-        down = {c: len(downlink[c]) for c in participants}
-        self.cum_up += sum(up.values())
-        self.cum_down += sum(down.values())
+            raise QuorumError(f"{exc}. Resume with --resume {path}") from None
+        outcome = self.strategy.last_round
+        assert outcome is not None and outcome.round == round
+        self.cum_up += sum(outcome.bytes_up.values())
+        self.cum_down += sum(outcome.bytes_down.values())
         rounds = self.experiment.train.rounds
         evaluated = round % self.experiment.train.eval_every == 0 or round == rounds
         evaluation = self.aggregator.evaluate(*self.federation.test_data()) if evaluated else None
-        losses = [r.train_loss for r in trained.values()]
+        losses = [r.train_loss for r in outcome.replies.values()]
         record: Record = {
             "round": round,
             "accuracy": evaluation.accuracy if evaluation else math.nan,
             "loss": evaluation.loss if evaluation else math.nan,
             "train_loss": sum(losses) / len(losses) if losses else math.nan,
-            "bytes_up": sum(up.values()),
-            "bytes_down": sum(down.values()),
+            "bytes_up": sum(outcome.bytes_up.values()),
+            "bytes_down": sum(outcome.bytes_down.values()),
             "cum_bytes_up": self.cum_up,
             "cum_bytes_down": self.cum_down,
-            "updates_sent": len(up),
-            "sim_time_s": self.channel.round_s(down, up),
-            "compute_s": max((r.compute_s for r in trained.values()), default=0.0),
+            "updates_sent": len(outcome.bytes_up),
+            "sim_time_s": self.channel.round_s(outcome.bytes_down, outcome.bytes_up),
+            "compute_s": max((r.compute_s for r in outcome.replies.values()), default=0.0),
             "wall_s": 0.0,
-            "participants": len(participants),
-            "rejected": len(result.rejected) + len(malformed),
-            "dropouts": len(replies.dropped),
+            "participants": len(outcome.participants),
+            "rejected": len(outcome.rejected),
+            "dropouts": len(outcome.dropped),
         }
-        if evaluated and settings.client_eval:
-            record.update(self._evaluate_on_clients(round))
+        evaluate = list(
+            self.strategy.configure_evaluate(round, ArrayRecord(), ConfigRecord(), self.grid)
+        )
+        if evaluate:
+            metrics = self.strategy.aggregate_evaluate(round, self._exchange(evaluate))
+            assert metrics is not None
+            record["client_accuracy"] = float(metrics["accuracy"])
+            record["client_loss"] = float(metrics["loss"])
+            record["eval_bytes_down"] = int(metrics["bytes-down"])
         record["wall_s"] = time.perf_counter() - start
         return record
 
-    def _fan_out(
-        self,
-        messages: dict[int, Message],
-        on_answer: Callable[[int, Message], None],
-        deadline: float,
-    ) -> _Replies:
-        """Pushes one message per client and collects the answers until `deadline`."""
-        replies = _Replies(on_answer)
-        clients = list(messages)
-        ids = self.exchange.push([messages[c] for c in clients], replies.on_reply)
-        for client, message_id in zip(clients, ids, strict=True):
-            if message_id:
-                replies.pending[message_id] = client
-            else:
-                replies.dropped[client] = "the SuperLink refused the message"
-        self.exchange.wait(replies.done, deadline)
-        self.exchange.forget(list(replies.pending))
-        for client in replies.pending.values():
-            replies.dropped[client] = "no reply by the deadline"
-        for client, reason in sorted(replies.dropped.items()):
-            logger.warning("client %d dropped out: %s", client, reason)
+    def _exchange(self, messages: list[Message]) -> list[Message]:
+        """Pushes `messages`; returns the replies that came within `round_timeout_s`."""
+        replies: list[Message] = []
+        ids = self.exchange.push(messages, replies.append)
+        refused = sum(1 for i in ids if not i)
+        if refused:
+            logger.warning("the SuperLink refused %d of %d messages", refused, len(ids))
+        expected = len(ids) - refused
+        deadline = time.monotonic() + self.settings.round_timeout_s
+        self.exchange.wait(lambda: len(replies) >= expected, deadline)
+        self.exchange.forget(ids)
         return replies
-
-    def _evaluate_on_clients(self, round: int) -> dict[str, float]:
-        """Sends the global model to every live client and averages what they measure."""
-        model = self.aggregator.model
-        payloads, _ = self.dense.encode(model, self.dense.init(model))
-        data = encode(Update("server", round, Kind.MODEL, payloads))
-        clients = self.roster.live()
-        results: dict[int, ClientEvaluation] = {}
-
-        def on_answer(client: int, reply: Message) -> None:
-            try:
-                results[client] = read_evaluation(reply.content)
-            except WireError as exc:
-                logger.warning("round %d: client %d: malformed evaluation: %s", round, client, exc)
-
-        messages = {
-            c: Message(
-                instruction(data, round),
-                self.roster.node(c),
-                EVALUATE,
-                ttl=self.settings.round_timeout_s,
-                group_id=str(round),
-            )
-            for c in clients
-        }
-        replies = self._fan_out(messages, on_answer, self.clock() + self.settings.round_timeout_s)
-        for client in replies.dropped:
-            self.roster.drop(client)
-        examples = sum(r.num_examples for r in results.values())
-        if not examples:
-            return {"client_accuracy": math.nan, "client_loss": math.nan, "eval_bytes_down": 0}
-        return {
-            "client_accuracy": sum(r.accuracy * r.num_examples for r in results.values())
-            / examples,
-            "client_loss": sum(r.loss * r.num_examples for r in results.values()) / examples,
-            "eval_bytes_down": len(data) * len(clients),
-        }
 
     # ------------------------------------------------------------------ who is there
 
@@ -349,22 +215,21 @@ class FlowerStar:
             if done():
                 return True
             if not waited:
-                logger.info("waiting up to %.0f s for clients %s", deadline - self.clock(), purpose)
+                logger.info(
+                    "waiting up to %.0f s for clients %s", deadline - time.monotonic(), purpose
+                )
                 waited = True
-            step = min(deadline, self.clock() + _LIST_NODES_EVERY_S)
-            if self.exchange.wait(done, step):
+            if self.exchange.wait(done, min(deadline, time.monotonic() + _LIST_NODES_EVERY_S)):
                 return True
-            if self.clock() >= deadline:
+            if time.monotonic() >= deadline:
                 return False
 
     def _identify_new_nodes(self) -> None:
         nodes = self.roster.to_ask(self.grid.get_node_ids())
         if not nodes:
             return
-        messages = [
-            Message(RecordDict(), node, IDENTIFY, ttl=self.settings.round_timeout_s)
-            for node in nodes
-        ]
+        ttl = self.settings.round_timeout_s
+        messages = [Message(RecordDict(), node, IDENTIFY, ttl=ttl) for node in nodes]
         ids = self.exchange.push(messages, self._on_identity)
         for node, message_id in zip(nodes, ids, strict=True):
             if message_id:
@@ -374,14 +239,4 @@ class FlowerStar:
 
     def _on_identity(self, reply: Message) -> None:
         node = self._identifying.pop(reply.metadata.reply_to_message_id)
-        if reply.has_error():
-            reason = f"error {reply.error.code}: {reply.error.reason}"
-            if reply.error.code in _TRANSIENT:
-                self.roster.unanswered(node, reason)
-            else:
-                self.roster.refuse(node, reason)
-            return
-        try:
-            self.roster.identified(node, read_identity(reply.content))
-        except WireError as exc:
-            self.roster.refuse(node, f"malformed identity: {exc}")
+        self.strategy.on_identity(node, reply)

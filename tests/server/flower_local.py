@@ -67,6 +67,18 @@ class LocalGrid(Grid):
     def node(self, partition: int) -> int:
         return FIRST_NODE + partition
 
+    def restart(self, partition: int, node: int) -> None:
+        """`partition`'s host comes back as `node`, with none of the old node's state."""
+        old = self.contexts.pop(self.node(partition))
+        self.client_apps[node] = self.client_apps.pop(self.node(partition))
+        self.contexts[node] = Context(
+            run_id=1,
+            node_id=node,
+            node_config=dict(old.node_config),
+            state=RecordDict(),
+            run_config=dict(old.run_config),
+        )
+
     def set_run(self, run: Any) -> None:
         raise NotImplementedError
 
