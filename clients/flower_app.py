@@ -5,9 +5,9 @@ rebuilds the client from scratch: the experiment from the run config (the YAML t
 with the run), the client index from the node config (`partition-id`, below `data.clients`,
 which `num-partitions` must equal when it is given), its data from
 `load_federation(...).client_data(index)`, and its `ClientState` from `context.state` (see
-`thinwire.clients.flower_state`). Training
-is `thinwire.clients.Client.train_round`, the very method the simulator calls. The device
-follows `train.device`: `auto` trains on CUDA when the host has a GPU, on the CPU otherwise.
+`thinwire.clients.flower_state`). Training is `thinwire.clients.Client.train_round`, the very
+method the simulator calls. The device follows `train.device`: `auto` trains on CUDA when
+the host has a GPU, on the CPU otherwise.
 
 Handlers (message types, see `thinwire.server.flower_messages`):
 
