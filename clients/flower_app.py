@@ -77,7 +77,7 @@ def train(message: Message, context: Context) -> Message:
         result = client.train_round(order.downlink, order.round, delivered=order.delivered)
     except _CANNOT_SERVE as exc:
         return _refuse(message, exc)
-    save_state(client.state, context.state)
+    save_state(client.state, context.state, with_view=client.experiment.downlink is not None)
     reply = TrainReply(result.data, result.num_examples, result.train_loss, result.compute_s)
     return Message(train_reply(reply), reply_to=message)
 

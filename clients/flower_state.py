@@ -15,7 +15,8 @@ two records:
 Restoring rebuilds the tree against the client's initial state, which also validates it
 (every key present, every tensor of the expected shape and dtype). Two parts of a
 `ClientState` change shape over a run and get their template from what was saved: `carry`
-(empty, or one tensor per model tensor) and `pending` (the bytes of the last update).
+(empty, or one tensor per model tensor) and `pending` (the bytes of the last update). The
+`view` may be left out (see `save_state`); the initial state's then stands in for it.
 """
 
 from __future__ import annotations
@@ -53,11 +54,19 @@ _DTYPES = {
 }
 
 
-def save_state(state: ClientState, records: RecordDict) -> None:
-    """Writes `state` into `records` (a `context.state`), replacing what was there."""
+def save_state(state: ClientState, records: RecordDict, *, with_view: bool = True) -> None:
+    """Writes `state` into `records` (a `context.state`), replacing what was there.
+
+    Args:
+        state: the client's state after a round.
+        records: the `context.state` of the client's SuperNode.
+        with_view: keep the client's copy of the global model. Without a downlink codec
+            every downlink is the full model, which replaces the copy, so leaving it out
+            halves what travels between the SuperNode and the ClientApp each message.
+    """
     tensors: dict[str, Array] = {}
     scalars: dict[str, ConfigRecordValues] = {}
-    for path, leaf in flatten(state).items():
+    for path, leaf in flatten(state if with_view else state._replace(view={})).items():
         if isinstance(leaf, torch.Tensor):
             tensors[path] = _tensor_array(leaf)
         else:
@@ -89,12 +98,14 @@ def load_state(records: RecordDict, initial: ClientState) -> ClientState | None:
     if not isinstance(pending, torch.Tensor) or pending.dtype != torch.uint8 or pending.ndim != 1:
         raise ValueError("stored client state has no 'pending' byte tensor")
     carried = any(path.startswith("carry/") and path != "carry/" for path in flat)
+    viewless = "view/" in flat  # saved with_view=False: the initial view stands in
     template = initial._replace(
+        view={} if viewless else initial.view,
         carry=_zeros_like(initial.view) if carried else {},
         pending=torch.empty_like(pending),
     )
     state: ClientState = unflatten(template, flat)
-    return state
+    return state._replace(view=initial.view) if viewless else state
 
 
 def _zeros_like(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 import math
 import sys
 import tempfile
@@ -185,12 +186,14 @@ def _flower_experiment(
         _fail(f"{config}: runtime.kind is 'gossip'; `thinwire server` runs the star on Flower")
     if kind == "simulation":
         overrides.insert(0, "runtime.kind=flower")  # the same file drives both runtimes
+    # JSON strings are YAML strings: "[::1]:8000" or "10:20" stay text.
     if superlink is not None:
-        overrides.append(f"runtime.superlink={superlink}")
+        overrides.append(f"runtime.superlink={json.dumps(superlink)}")
     if insecure:
         overrides += ["runtime.insecure=true", "runtime.root_certificates="]
     if root_certificates is not None:
-        overrides += ["runtime.insecure=false", f"runtime.root_certificates={root_certificates}"]
+        ca = json.dumps(str(root_certificates.resolve()))
+        overrides += ["runtime.insecure=false", f"runtime.root_certificates={ca}"]
     return _load(config, overrides)
 
 
@@ -309,17 +312,17 @@ def _local_superlink(address: str) -> Iterator[None]:
 
 def _submit(app_dir: Path, flwr_home: Path, runtime: FlowerRuntime) -> str:
     """Runs `flwr run --stream`, echoing its output; returns the run's final status."""
-    import json
     import re
     import subprocess
 
     from thinwire.server.flower_deploy import CONNECTION, flower_environment, write_connection
 
+    ca = runtime.root_certificates
     write_connection(
         flwr_home,
         address=runtime.superlink,
         insecure=runtime.insecure,
-        root_certificates=runtime.root_certificates,
+        root_certificates=ca.resolve() if ca is not None else None,
     )
     env = {**flower_environment(), "FLWR_HOME": str(flwr_home)}
     run_id = None

@@ -112,3 +112,13 @@ def test_stored_records_that_are_not_client_state_are_refused() -> None:
     records["thinwire.scalars"] = ConfigRecord({"pending": "null"})
     with pytest.raises(ValueError, match="no 'pending' byte tensor"):
         load_state(records, state())
+
+
+def test_a_state_saved_without_its_view_comes_back_with_the_initial_view() -> None:
+    saved = state(view={"w": torch.full((2, 3), 7.0), "b": torch.ones(3)})
+    records = RecordDict()
+    save_state(saved, records, with_view=False)
+    assert not any(key.startswith("view/") for key in records["thinwire.tensors"])
+    initial = state()
+    restored = load_state(persisted(records), initial)
+    assert_same(restored, saved._replace(view=initial.view))

@@ -120,17 +120,18 @@ def test_server_writes_an_app_folder_for_flwr_run(tmp_path: Path) -> None:
     assert settings.run_dir == ""
 
 
-def test_server_runs_a_simulation_config_on_flower(tmp_path: Path) -> None:
+@pytest.mark.parametrize("address", ["10.0.0.1:9000", "[::1]:9000", "host-10:20"])
+def test_server_runs_a_simulation_config_on_flower(tmp_path: Path, address: str) -> None:
     quickstart = ROOT / "examples" / "quickstart.yaml"
     result = runner.invoke(
         cli,
-        ["server", str(quickstart), "--superlink", "10.0.0.1:9000", "--insecure"]
+        ["server", str(quickstart), "--superlink", address, "--insecure"]
         + ["--write-app", str(tmp_path)],
     )
     assert result.exit_code == 0, result.output
     config = tomllib.loads((tmp_path / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
     runtime = read_run_config(config["config"]).experiment.runtime
-    assert runtime == FlowerRuntime(superlink="10.0.0.1:9000", insecure=True)
+    assert runtime == FlowerRuntime(superlink=address, insecure=True)
 
 
 def test_server_refuses_a_gossip_config(tmp_path: Path) -> None:
