@@ -12,10 +12,7 @@ def test_platform_folder_does_not_shadow_the_standard_library():
     assert not (ROOT / "platform" / "__init__.py").exists()
     out = subprocess.run(
         [sys.executable, "-c", "import platform; print(platform.system())"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
+        cwd=ROOT, capture_output=True, text=True, check=True,
     )
     assert out.stdout.strip() in {"Linux", "Darwin", "Windows"}
 
