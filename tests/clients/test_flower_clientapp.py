@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+import torch
 import yaml
 from flwr.app import Context, Message, RecordDict
 from flwr.common.constant import ErrorCode
@@ -135,3 +136,24 @@ def test_state_kept_for_one_model_is_refused_by_another(exp: Experiment) -> None
     reply = app(message(instruction(first_downlink(bigger), 1), TRAIN), ctx)
     assert reply.has_error()
     assert reply.error.reason.startswith("ValueError: state")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_with_device_auto_it_trains_on_the_gpu_and_a_cpu_server_accepts_it(
+    exp: Experiment,
+) -> None:
+    gpu = exp.model_copy(update={"train": exp.train.model_copy(update={"device": "auto"})})
+    federation = load_federation(exp)  # the server on the CPU
+    server = Aggregator(
+        experiment=exp, workspace=federation.workspace, initial=federation.workspace.tensors()
+    )
+    ctx = context(gpu)
+    delivered = None
+    for round in (1, 2):  # round 2 restores the residual from context.state onto the GPU
+        downlink = server.broadcast(round, [1])[1]
+        reply = app(message(instruction(downlink, round, delivered), TRAIN), ctx)
+        assert not reply.has_error(), reply.error
+        update = read_train_reply(reply.content).update
+        assert update is not None and server.receive(1, update).accepted
+        delivered = server.finish_round().delivered[1]
+    assert torch.cuda.max_memory_allocated() > 0  # it did train on the GPU
