@@ -148,6 +148,7 @@ def test_with_device_auto_it_trains_on_the_gpu_and_a_cpu_server_accepts_it(
         experiment=exp, workspace=federation.workspace, initial=federation.workspace.tensors()
     )
     ctx = context(gpu)
+    torch.cuda.reset_peak_memory_stats()
     delivered = None
     for round in (1, 2):  # round 2 restores the residual from context.state onto the GPU
         downlink = server.broadcast(round, [1])[1]
