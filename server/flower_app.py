@@ -4,7 +4,9 @@ Flower loads `app` from the run's app folder (`[tool.flwr.app.components] server
 "thinwire.server.flower_app:app"`, written by `thinwire server`) in a `flwr-serverapp`
 process next to the SuperLink. `main` reads the experiment from the run config, builds the
 same federation and `Aggregator` as the simulator, and hands the rounds to `FlowerStar`
-(see `thinwire.server.flower_rounds`), which writes the run folder as rounds finish.
+(`thinwire.server.flower_rounds`): a fast loop over the grid that drives `StarStrategy`,
+thinwire's Flower `Strategy` around the Aggregator (`thinwire.server.flower_strategy`), and
+writes the run folder as rounds finish.
 
 Run config (`[tool.flwr.app.config]`, see `thinwire.server.flower_messages`):
 

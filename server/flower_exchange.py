@@ -26,18 +26,11 @@ ReplyHandler = Callable[[Message], None]
 class Exchange:
     """Messages in flight on a grid, each with the handler of its reply."""
 
-    def __init__(
-        self,
-        grid: Grid,
-        *,
-        poll_interval_s: float,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, grid: Grid, *, poll_interval_s: float) -> None:
         if not poll_interval_s > 0:
             raise ValueError(f"poll_interval_s must be > 0, got {poll_interval_s}")
         self.grid = grid
         self.poll_interval_s = poll_interval_s
-        self.clock = clock
         self._handlers: dict[str, ReplyHandler] = {}
 
     @property
@@ -67,7 +60,7 @@ class Exchange:
                 self._handlers.pop(message_id, None)
 
     def wait(self, done: Callable[[], bool], deadline: float) -> bool:
-        """Pulls and dispatches replies until `done()` or the clock passes `deadline`.
+        """Pulls and dispatches replies until `done()` or `time.monotonic()` passes `deadline`.
 
         Returns:
             Whether `done()` held when it returned.
@@ -76,7 +69,7 @@ class Exchange:
             self._pull()
             if done():
                 return True
-            remaining = deadline - self.clock()
+            remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
             time.sleep(min(self.poll_interval_s, remaining))
