@@ -144,11 +144,18 @@ class FlowerStar:
         settings = self.settings
         sampled = set(sample_clients(self.experiment, round))
         needed = min(settings.min_replies, len(sampled))
-        self._await_clients(
+        if not self._await_clients(
             lambda: len(sampled & set(self.roster.live())) >= needed,
             time.monotonic() + settings.round_timeout_s,
             f"for round {round}",
-        )
+        ):
+            path = self._checkpoint()
+            live = len(sampled & set(self.roster.live()))
+            raise QuorumError(
+                f"round {round}: {live} of its {len(sampled)} sampled clients are connected "
+                f"after {settings.round_timeout_s:g} s; runtime.min_replies is "
+                f"{settings.min_replies}. Resume with --resume {path}"
+            )
         messages = self.strategy.configure_train(round, ArrayRecord(), ConfigRecord(), self.grid)
         try:
             self.strategy.aggregate_train(round, self._exchange(list(messages)))

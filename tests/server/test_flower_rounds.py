@@ -284,3 +284,18 @@ def test_a_resumed_run_sends_every_client_the_full_model_first(tmp_path: Path) -
     uninterrupted = load_records(tmp_path / "a" / "run")
     assert full_model == uninterrupted[0]["bytes_down"]  # round 1 sends the model whole
     assert full_model > uninterrupted[2]["bytes_down"]  # later rounds send compressed deltas
+
+
+def test_a_round_whose_clients_all_left_stops_the_run_after_a_checkpoint(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    exp = experiment(tmp_path, runtime={"round_timeout_s": 0.3})
+    grid = LocalGrid(run_config(exp), 3)
+    listed = grid.get_node_ids
+    grid.get_node_ids = lambda: [] if grid.sent_of_type(TRAIN) else listed()  # type: ignore[method-assign]
+    flower = star(exp, grid, tmp_path)
+    with pytest.raises(QuorumError, match="round 2: 0 of its 3 sampled clients are connected"):
+        flower.run()
+    assert "client 0: node 1000 left the federation" in caplog.text
+    assert [r["round"] for r in flower.recorder.records] == [1]
+    assert (tmp_path / "run" / "checkpoints" / "round-000001.pt").is_file()
