@@ -15,11 +15,11 @@ _SAMPLING_SEED = 4
 def sample_clients(experiment: Experiment, round: int) -> list[int]:
     """The sorted client indices selected for `round` (1-based).
 
-    max(1, floor(participation * clients)) clients, drawn without replacement from a
-    generator seeded by (experiment seed, round), as in FedAvg's C-fraction sampling.
+    `experiment.clients_per_round` clients, drawn without replacement from a generator
+    seeded by (experiment seed, round), as in FedAvg's C-fraction sampling.
     """
     clients = experiment.data.clients
-    count = max(1, int(experiment.train.participation * clients))
+    count = experiment.clients_per_round
     if count >= clients:
         return list(range(clients))
     generator = torch.Generator().manual_seed(derive_seed(experiment.seed, _SAMPLING_SEED, round))

@@ -47,7 +47,7 @@ def test_mypy_is_clean_on_the_core():
 def test_library_modules_do_not_print():
     offenders = []
     for path in library_files():
-        if path.name == "cli.py":
+        if path.parent.name == "cli":
             continue  # the command's own console output (rich)
         for node in ast.walk(ast.parse(path.read_text())):
             if (

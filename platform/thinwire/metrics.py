@@ -35,6 +35,7 @@ __all__ = [
     "compare_runs",
     "format_bytes",
     "load_records",
+    "new_run_dir",
     "plot_comparison",
     "plot_run",
     "summarize",
@@ -67,7 +68,8 @@ def format_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def _new_run_dir(output: Path, name: str) -> Path:
+def new_run_dir(output: Path, name: str) -> Path:
+    """Creates and returns a fresh `<output>/<name>-<timestamp>[-n]` run folder."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     path = output / f"{name}-{stamp}"
     suffix = 1
@@ -106,7 +108,7 @@ class RunRecorder:
 
     def __init__(self, experiment: Experiment, *, run_dir: Path | None = None) -> None:
         self.experiment = experiment
-        self.dir = run_dir or _new_run_dir(Path(experiment.output), experiment.name)
+        self.dir = run_dir or new_run_dir(Path(experiment.output), experiment.name)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.records: list[Record] = []
         config = experiment.model_dump(mode="json")

@@ -100,6 +100,7 @@ from thinwire.config._policy import (
 )
 from thinwire.config._runtime import (
     ChannelConfig,
+    FlowerRuntime,
     GossipRuntime,
     Runtime,
     SimulationRuntime,
@@ -174,6 +175,7 @@ __all__ = [
     "ExponentialTopology",
     "FILE_DATASETS",
     "Feedback",
+    "FlowerRuntime",
     "FixedBatch",
     "GeometricBatch",
     "GeometricTau",

@@ -19,7 +19,7 @@ from thinwire.config._policy import (
     PrivacyConfig,
     RandomAccessPolicy,
 )
-from thinwire.config._runtime import ChannelConfig, Runtime, SimulationRuntime
+from thinwire.config._runtime import ChannelConfig, FlowerRuntime, Runtime, SimulationRuntime
 from thinwire.config._topology import (
     SPARQ_CODEC,
     ChocoGossip,
@@ -59,6 +59,11 @@ class Experiment(Section):
     def decentralized(self) -> bool:
         """Whether peers gossip on a graph: any topology but star, or the gossip runtime."""
         return self.topology.kind != "star" or self.runtime.kind == "gossip"
+
+    @property
+    def clients_per_round(self) -> int:
+        """max(1, floor(participation * clients)): how many clients a star round samples."""
+        return max(1, int(self.train.participation * self.data.clients))
 
     @model_validator(mode="before")
     @classmethod
@@ -104,6 +109,23 @@ class Experiment(Section):
             raise ValueError("policy random_access needs channel.slots (slots per round)")
         if self.channel.slots is not None and not random_access:
             raise ValueError("channel.slots applies only to policy kind 'random_access'")
+        return self
+
+    @model_validator(mode="after")
+    def _flower_fits(self) -> Experiment:
+        if not isinstance(self.runtime, FlowerRuntime):
+            return self
+        if self.topology.kind != "star":
+            raise ValueError(
+                f"runtime.kind 'flower' runs the star; topology {self.topology.kind!r} "
+                "needs runtime.kind 'gossip'"
+            )
+        sampled = self.clients_per_round
+        if self.runtime.min_replies > sampled:
+            raise ValueError(
+                f"runtime.min_replies is {self.runtime.min_replies} but a round samples "
+                f"only {sampled} client(s) (train.participation * data.clients)"
+            )
         return self
 
     @model_validator(mode="after")

@@ -110,4 +110,40 @@ class GossipRuntime(Section):
         return self
 
 
-Runtime = Annotated[SimulationRuntime | GossipRuntime, Field(discriminator="kind")]
+class FlowerRuntime(Section):
+    """The star on Flower's deployment engine: one SuperLink, one SuperNode per client.
+
+    `thinwire server` submits the run to `superlink`; each client host runs
+    `thinwire client --superlink HOST:PORT --partition i`. The ServerApp drives the rounds:
+    a round ends when every participant has answered or `round_timeout_s` has passed, and
+    needs `min_replies` answers by then, or the run stops (after a checkpoint).
+    """
+
+    kind: Literal["flower"] = "flower"
+    superlink: Annotated[str, AfterValidator(_peer_address)] = "127.0.0.1:8000"
+    """The SuperLink's HTTP API (Fleet and Control on one port), where runs are submitted."""
+    insecure: bool = False
+    """Plain HTTP to the SuperLink (loopback, a private compose network); TLS otherwise."""
+    root_certificates: Path | None = None
+    """PEM bundle of the CA that signed the SuperLink's certificate; None trusts the system's."""
+    min_replies: PositiveInt = 1
+    """Replies (with or without an update) a round needs by its deadline."""
+    round_timeout_s: PositiveFloat = 600.0
+    """How long a round waits for its participants; a missing reply is a dropout."""
+    connect_timeout_s: PositiveFloat = 300.0
+    """How long the server waits for every partition's SuperNode before the first round."""
+    poll_interval_s: Annotated[float, Field(gt=0.0, le=10.0)] = 0.1
+    """Pause between the server's pulls of replies from the SuperLink."""
+    checkpoint_every: Annotated[int, Field(ge=0)] = 0
+    """Write the server state every this many rounds (and after the last); 0 never."""
+    client_eval: bool = False
+    """Also evaluate the global model on each client's own data (one more message a round)."""
+
+    @model_validator(mode="after")
+    def _one_trust(self) -> FlowerRuntime:
+        if self.insecure and self.root_certificates is not None:
+            raise ValueError("runtime.root_certificates applies only without insecure: true")
+        return self
+
+
+Runtime = Annotated[SimulationRuntime | GossipRuntime | FlowerRuntime, Field(discriminator="kind")]

@@ -1,0 +1,97 @@
+"""The `thinwire` Typer app and what its commands share: loading, errors, summary tables."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigArg",
+    "SetOpt",
+    "app",
+    "comparison_table",
+    "console",
+    "errors",
+    "fail",
+    "load",
+    "pct",
+    "run_table",
+    "summary_rows",
+]
+
+import math
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from thinwire.config import ConfigError, Experiment, load_config
+from thinwire.metrics import format_bytes
+
+app = typer.Typer(
+    help="thinwire: communication-efficient federated and decentralized learning.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+errors = Console(stderr=True, soft_wrap=True)
+
+ConfigArg = Annotated[Path, typer.Argument(help="Experiment YAML file.", show_default=False)]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a field: --set codec.select.density=0.001"),
+]
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    errors.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def load(path: Path, overrides: list[str] | None) -> Experiment:
+    try:
+        return load_config(path, overrides or ())
+    except ConfigError as exc:
+        for problem in exc.problems:
+            errors.print(f"[bold red]error:[/] {exc.source}: {problem}", highlight=False)
+        raise typer.Exit(2) from None
+
+
+def pct(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.2%}"
+
+
+def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    rows = [
+        ("rounds", f"{summary['rounds']:.0f}"),
+        ("final accuracy", pct(float(summary["final_accuracy"]))),
+        ("best accuracy", pct(float(summary["best_accuracy"]))),
+        ("uplink bytes", format_bytes(summary["total_bytes_up"])),
+        ("downlink bytes", format_bytes(summary["total_bytes_down"])),
+        ("updates sent", f"{summary['updates_sent']:.0f}"),
+        ("simulated network time", f"{summary['sim_time_s']:.2f} s"),
+        ("wall time", f"{summary['wall_s']:.2f} s"),
+    ]
+    if "last_epsilon" in summary:
+        rows.append(("privacy spent (epsilon)", f"{summary['last_epsilon']:.3f}"))
+    return rows
+
+
+def run_table(title: str, summary: dict[str, Any]) -> Table:
+    table = Table(title=title, title_justify="left", show_header=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    for name, value in summary_rows(summary):
+        table.add_row(name, value)
+    return table
+
+
+def comparison_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="comparison", title_justify="left")
+    table.add_column("run")
+    names = [name for name, _ in summary_rows(rows[0])] if rows else []
+    for name in names:
+        table.add_column(name, justify="right")
+    for row in rows:
+        table.add_row(str(row["run"]), *(value for _, value in summary_rows(row)))
+    return table

@@ -1,0 +1,348 @@
+"""thinwire's star as a Flower `Strategy`: the Aggregator decides what travels and how it adds up.
+
+`StarStrategy` implements Flower's strategy interface around `thinwire.server.Aggregator`:
+
+- `configure_train` samples the round's clients (`sample_clients`, seeded as in the
+  simulator), keeps those whose SuperNode is live, and builds one train message per client:
+  its downlink bytes from `Aggregator.broadcast`, the round, and whether its previous update
+  counted (the `RoundResult.delivered` of the round it last sent in).
+- `aggregate_train` feeds each reply's update bytes to `Aggregator.receive` (which validates
+  them; a `WireError` drops that update and is logged), tells `Aggregator.silent` of replies
+  without update bytes (a censored client, whose last update CSGD reuses, or one that kept
+  its update back on a random-access uplink), counts error replies or missing ones as
+  dropouts, and finishes with `Aggregator.finish_round`: slot arbitration on a random-access
+  uplink, then the average in client order (arrival order does not matter). Each client
+  learns whether its update counted (its slot outcome) with its next train message. With fewer
+  answers than `runtime.min_replies` it restores the server and raises `QuorumError`.
+- `configure_evaluate` / `aggregate_evaluate` measure the global model on the clients' own
+  data when `runtime.client_eval` is on.
+
+The model lives in the Aggregator, not in the `ArrayRecord`s Flower's loop threads through
+(those are ignored on the way in and are a copy of the global model on the way out), so the
+strategy runs both under `Strategy.start` and under `thinwire.server.flower_rounds`, the
+ServerApp's faster loop. What each round did is kept in `last_round` for the run folder.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.common.constant import ErrorCode
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
+
+from thinwire.codecs.model import ModelCodec
+from thinwire.config import Experiment, FlowerRuntime
+from thinwire.server.aggregator import Aggregator, AggregatorState, RoundResult
+from thinwire.server.flower_messages import (
+    EVALUATE,
+    IDENTIFY,
+    TRAIN,
+    ClientEvaluation,
+    TrainReply,
+    instruction,
+    read_evaluation,
+    read_identity,
+    read_train_reply,
+)
+from thinwire.server.flower_roster import Roster
+from thinwire.server.sampling import sample_clients
+from thinwire.wire import Kind, Update, WireError, encode
+
+__all__ = ["QuorumError", "RoundOutcome", "StarStrategy"]
+
+logger = logging.getLogger(__name__)
+
+TRANSIENT_ERRORS = frozenset(
+    {ErrorCode.MESSAGE_UNAVAILABLE, ErrorCode.REPLY_MESSAGE_UNAVAILABLE, ErrorCode.NODE_UNAVAILABLE}
+)
+"""Error codes of messages the SuperLink lost or expired, as opposed to a ClientApp's failure."""
+
+
+class QuorumError(RuntimeError):
+    """Fewer clients answered than `runtime.min_replies` asks for; the run cannot go on."""
+
+
+class RoundOutcome(NamedTuple):
+    """What one training round did, for the run folder."""
+
+    round: int
+    participants: list[int]  # clients sent a train message, sorted
+    bytes_down: dict[int, int]  # client -> downlink bytes sent to it
+    bytes_up: dict[int, int]  # client -> update bytes received from it
+    replies: dict[int, TrainReply]  # clients that answered in good form
+    rejected: dict[int, str]  # client -> why its update (or whole reply) was refused
+    dropped: dict[int, str]  # client -> why it did not answer
+    result: RoundResult  # the Aggregator's account: silent, reused, collided, slot use
+
+
+class _OpenRound(NamedTuple):
+    round: int
+    before: AggregatorState  # the server before the round, restored if the round fails
+    messages: dict[int, Message]  # client -> its message (ids are set once pushed)
+    bytes_down: dict[int, int]
+
+
+class StarStrategy(Strategy):
+    """thinwire's star as a Flower Strategy; see the module docstring.
+
+    Args:
+        experiment: the run's experiment (its `runtime`, if `flower`, sets quorum and TTLs).
+        aggregator: the server's round logic and global model.
+        roster: which node serves which client; shared with the loop that identifies them.
+    """
+
+    def __init__(
+        self, *, experiment: Experiment, aggregator: Aggregator, roster: Roster | None = None
+    ) -> None:
+        runtime = experiment.runtime
+        self.settings = runtime if isinstance(runtime, FlowerRuntime) else FlowerRuntime()
+        self.experiment = experiment
+        self.aggregator = aggregator
+        self.roster = roster if roster is not None else Roster(experiment.data.clients)
+        self.dense = ModelCodec.dense(aggregator.workspace.spec)
+        self.outcomes: dict[int, bool] = {}  # client -> did its last update count
+        self.last_round: RoundOutcome | None = None
+        self._open: _OpenRound | None = None
+        self._evaluating: dict[int, Message] = {}
+        self._evaluation_bytes = 0
+
+    # ------------------------------------------------------------------ training
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """One train message per sampled, live client (`arrays` and `config` are unused)."""
+        del arrays, config  # the model is the Aggregator's; thinwire sends its own bytes
+        if not self.roster.live():
+            self.identify(grid)
+        sampled = sample_clients(self.experiment, server_round)
+        live = set(self.roster.live())
+        participants = [c for c in sampled if c in live]
+        if len(participants) < len(sampled):
+            absent = sorted(set(sampled) - live)
+            logger.warning("round %d: sampled clients %s are not connected", server_round, absent)
+        before = self.aggregator.state
+        downlink = self.aggregator.broadcast(server_round, participants)
+        messages = {
+            c: Message(
+                instruction(downlink[c], server_round, self.outcomes.pop(c, None)),
+                self.roster.node(c),
+                TRAIN,
+                ttl=self.settings.round_timeout_s,
+                group_id=str(server_round),
+            )
+            for c in participants
+        }
+        down = {c: len(downlink[c]) for c in participants}
+        self._open = _OpenRound(server_round, before, messages, down)
+        return list(messages.values())
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Validates and averages the round's updates; returns the new global model.
+
+        Raises:
+            QuorumError: fewer than `runtime.min_replies` clients answered; the server is
+                left as it was before the round.
+        """
+        open = self._open
+        if open is None or open.round != server_round:
+            raise ValueError(f"aggregate_train({server_round}) without configure_train first")
+        self._open = None
+        clients = {m.metadata.message_id: c for c, m in open.messages.items()}
+        trained: dict[int, TrainReply] = {}
+        rejected: dict[int, str] = {}
+        dropped: dict[int, str] = {}
+        for reply in replies:
+            client = clients.get(reply.metadata.reply_to_message_id)
+            if client is None or client in trained or client in rejected or client in dropped:
+                continue  # not an answer to this round's messages
+            if reply.has_error():
+                dropped[client] = f"error {reply.error.code}: {reply.error.reason}"
+                continue
+            try:
+                answer = read_train_reply(reply.content)
+            except WireError as exc:
+                rejected[client] = str(exc)
+                logger.warning(
+                    "round %d: client %d: malformed reply: WireError: %s", server_round, client, exc
+                )
+                continue
+            trained[client] = answer
+            if answer.update is None:
+                self.aggregator.silent(client)  # censored, or no slot: CSGD may reuse its last
+            else:
+                receipt = self.aggregator.receive(client, answer.update)
+                if not receipt.accepted:
+                    rejected[client] = str(receipt.error)
+                    logger.warning(
+                        "round %d: client %d: update dropped: WireError: %s",
+                        server_round,
+                        client,
+                        receipt.error,
+                    )
+        for client in open.messages:
+            if client not in trained and client not in rejected and client not in dropped:
+                dropped[client] = "no reply by the deadline"
+        for client, reason in sorted(dropped.items()):
+            logger.warning("client %d dropped out: %s", client, reason)
+            self.roster.drop(client)
+        answered = len(set(trained) | set(rejected))
+        if answered < self.settings.min_replies:
+            self.aggregator.state = open.before
+            raise QuorumError(
+                f"round {server_round}: {answered} of {len(open.messages)} clients answered "
+                f"within {self.settings.round_timeout_s:g} s; runtime.min_replies is "
+                f"{self.settings.min_replies}"
+            )
+        result = self.aggregator.finish_round()
+        self.outcomes.update(result.delivered)
+        self.outcomes.update({c: False for c in rejected if c not in trained})
+        up = {c: len(r.update) for c, r in trained.items() if r.update is not None}
+        self.last_round = RoundOutcome(
+            server_round,
+            sorted(open.messages),
+            open.bytes_down,
+            up,
+            trained,
+            rejected,
+            dropped,
+            result,
+        )
+        losses = [r.train_loss for r in trained.values()]
+        metrics = MetricRecord(
+            {
+                "train-loss": sum(losses) / len(losses) if losses else math.nan,
+                "bytes-up": sum(up.values()),
+                "bytes-down": sum(open.bytes_down.values()),
+                "updates": len(up),
+                "censored": len(result.silent),
+                "rejected": len(rejected),
+                "dropouts": len(dropped),
+            }
+        )
+        return ArrayRecord({k: v.detach().cpu() for k, v in self.aggregator.model.items()}), metrics
+
+    # ------------------------------------------------------------------ evaluation
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """With `runtime.client_eval`: the global model to every live client, on eval rounds."""
+        del arrays, config, grid
+        rounds, every = self.experiment.train.rounds, self.experiment.train.eval_every
+        if not self.settings.client_eval or not (
+            server_round % every == 0 or server_round == rounds
+        ):
+            self._evaluating = {}
+            return []
+        model = self.aggregator.model
+        payloads, _ = self.dense.encode(model, self.dense.init(model))
+        data = encode(Update("server", server_round, Kind.MODEL, payloads))
+        self._evaluation_bytes = len(data) * len(self.roster.live())
+        self._evaluating = {
+            c: Message(
+                instruction(data, server_round),
+                self.roster.node(c),
+                EVALUATE,
+                ttl=self.settings.round_timeout_s,
+                group_id=str(server_round),
+            )
+            for c in self.roster.live()
+        }
+        return list(self._evaluating.values())
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
+        """Accuracy and loss on the clients' data, how many answered, the bytes sent.
+
+        Accuracy and loss are weighted by the clients' examples, NaN if none answered.
+        """
+        clients = {m.metadata.message_id: c for c, m in self._evaluating.items()}
+        results: dict[int, ClientEvaluation] = {}
+        for reply in replies:
+            client = clients.get(reply.metadata.reply_to_message_id)
+            if client is None or reply.has_error():
+                continue
+            try:
+                results[client] = read_evaluation(reply.content)
+            except WireError as exc:
+                logger.warning(
+                    "round %d: client %d: malformed evaluation: %s", server_round, client, exc
+                )
+        examples = sum(r.num_examples for r in results.values())
+
+        def mean(values: Iterable[float]) -> float:
+            return sum(values) / examples if examples else math.nan
+
+        return MetricRecord(
+            {
+                "accuracy": mean(r.accuracy * r.num_examples for r in results.values()),
+                "loss": mean(r.loss * r.num_examples for r in results.values()),
+                "clients": len(results),
+                "bytes-down": self._evaluation_bytes,
+            }
+        )
+
+    # ------------------------------------------------------------------ who is there
+
+    def identify(self, grid: Grid) -> None:
+        """Asks every connected node which client it serves (waits up to connect_timeout_s).
+
+        Used when Flower's own loop (`Strategy.start`) drives the strategy; thinwire's
+        ServerApp identifies nodes while rounds run instead.
+        """
+        nodes = self.roster.to_ask(grid.get_node_ids())
+        ttl = self.settings.round_timeout_s
+        messages = [Message(RecordDict(), node, IDENTIFY, ttl=ttl) for node in nodes]
+        replies = list(grid.send_and_receive(messages, timeout=self.settings.connect_timeout_s))
+        asked = {m.metadata.message_id: n for m, n in zip(messages, nodes, strict=True)}
+        answered = set()
+        for reply in replies:
+            node = asked.get(reply.metadata.reply_to_message_id)
+            if node is not None:
+                self.on_identity(node, reply)
+                answered.add(node)
+        for node in set(nodes) - answered:
+            self.roster.unanswered(node, "no answer within runtime.connect_timeout_s")
+
+    def on_identity(self, node: int, reply: Message) -> None:
+        """Records a node's answer (or error) to an identify query."""
+        if reply.has_error():
+            reason = f"error {reply.error.code}: {reply.error.reason}"
+            if reply.error.code in TRANSIENT_ERRORS:
+                self.roster.unanswered(node, reason)
+            else:
+                self.roster.refuse(node, reason)
+            return
+        try:
+            replaced = self.roster.identified(node, read_identity(reply.content))
+        except WireError as exc:
+            self.roster.refuse(node, f"malformed identity: {exc}")
+            return
+        if replaced is not None:
+            # A new node for a known client starts without the server's public copy.
+            received = dict(self.aggregator.state.received)
+            received.pop(str(replaced), None)
+            self.aggregator.state = self.aggregator.state._replace(received=received)
+
+    def summary(self) -> None:
+        """Logs the strategy's settings (Flower calls this when a run starts)."""
+        s = self.settings
+        logger.info(
+            "StarStrategy: %d clients, participation %.2f, min_replies %d, round timeout %g s, "
+            "uplink %s, downlink %s",
+            self.experiment.data.clients,
+            self.experiment.train.participation,
+            s.min_replies,
+            s.round_timeout_s,
+            self.experiment.codec.select.kind,
+            self.experiment.downlink.select.kind if self.experiment.downlink else "dense",
+        )

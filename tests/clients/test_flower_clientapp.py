@@ -1,0 +1,160 @@
+"""thinwire's ClientApp as a SuperNode calls it: one message at a time, state in context."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import torch
+import yaml
+from flwr.app import Context, Message, RecordDict
+from flwr.common.constant import ErrorCode
+from flwr.supercore.task_identity import TaskIdentity
+
+from thinwire.clients import Client
+from thinwire.clients.flower_app import app
+from thinwire.config import Experiment, parse_config
+from thinwire.learning import evaluate, load_federation
+from thinwire.server import Aggregator
+from thinwire.server.flower_messages import (
+    EVALUATE,
+    IDENTIFY,
+    TRAIN,
+    Identity,
+    instruction,
+    read_evaluation,
+    read_identity,
+    read_train_reply,
+)
+
+
+@pytest.fixture(autouse=True)
+def task_identity() -> None:
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 0
+
+
+@pytest.fixture
+def exp() -> Experiment:
+    return parse_config(
+        {
+            "name": "c",
+            "seed": 5,
+            "data": {"clients": 3},
+            "model": {"kind": "mlp", "hidden": [8]},
+            "train": {"local_steps": 3, "device": "cpu"},
+            "codec": {"select": {"kind": "topk", "density": 0.1}, "error_feedback": True},
+        }
+    )
+
+
+def context(exp: Experiment, **node_config: object) -> Context:
+    text = yaml.safe_dump(exp.model_dump(mode="json"))
+    return Context(
+        run_id=1,
+        node_id=7,
+        node_config={"partition-id": 1, "num-partitions": 3, **node_config},
+        state=RecordDict(),
+        run_config={"experiment": text, "run-dir": "", "resume": ""},
+    )
+
+
+def first_downlink(exp: Experiment, client: int = 1) -> bytes:
+    """The server's round-1 message to `client` (the full initial model)."""
+    workspace = load_federation(exp).workspace
+    server = Aggregator(experiment=exp, workspace=workspace, initial=workspace.tensors())
+    return server.broadcast(1, [client])[client]
+
+
+def message(content: RecordDict, message_type: str) -> Message:
+    sent = Message(content, 7, message_type)
+    sent.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+    return sent
+
+
+def test_it_tells_the_server_its_partition(exp: Experiment) -> None:
+    reply = app(message(RecordDict(), IDENTIFY), context(exp))
+    assert read_identity(reply.content) == Identity(1, 3)
+
+
+def test_a_supernode_without_a_partition_answers_with_how_to_start_it(exp: Experiment) -> None:
+    ctx = context(exp)
+    del ctx.node_config["partition-id"]
+    reply = app(message(RecordDict(), IDENTIFY), ctx)
+    assert reply.has_error() and reply.error.code == ErrorCode.CLIENT_APP_RAISED_EXCEPTION
+    assert "thinwire client --partition" in reply.error.reason
+
+
+def test_two_rounds_equal_the_simulators_client_with_state_kept_in_the_context(
+    exp: Experiment,
+) -> None:
+    federation = load_federation(exp)
+    server = Aggregator(
+        experiment=exp, workspace=federation.workspace, initial=federation.workspace.tensors()
+    )
+    x, y = federation.client_data(1)
+    reference = Client(index=1, experiment=exp, x=x, y=y, workspace=federation.workspace)
+    ctx = context(exp)
+    delivered = None
+    for round in (1, 2):
+        downlink = server.broadcast(round, [1])[1]
+        reply = app(message(instruction(downlink, round, delivered), TRAIN), ctx)
+        got = read_train_reply(reply.content)
+        want = reference.train_round(downlink, round, delivered=delivered)
+        assert got.update == want.data  # bit for bit, residual restored from context.state
+        assert (got.num_examples, got.train_loss) == (want.num_examples, want.train_loss)
+        assert server.receive(1, got.update).accepted
+        delivered = server.finish_round().delivered[1]
+    assert "thinwire.tensors" in ctx.state and "thinwire.scalars" in ctx.state
+
+
+def test_a_supernode_of_another_experiment_refuses_to_train(exp: Experiment) -> None:
+    downlink = first_downlink(exp)
+    reply = app(message(instruction(downlink, 1), TRAIN), context(exp, **{"num-partitions": 5}))
+    assert reply.has_error()
+    assert "serves partition 1 of 5, but the experiment has 3 clients" in reply.error.reason
+
+
+def test_a_malformed_downlink_is_answered_with_a_wire_error(exp: Experiment) -> None:
+    reply = app(message(instruction(b"\xff" * 40, 1), TRAIN), context(exp))
+    assert reply.has_error() and reply.error.reason.startswith("WireError: ")
+
+
+def test_it_measures_the_global_model_on_its_own_data(exp: Experiment) -> None:
+    reply = app(message(instruction(first_downlink(exp), 1), EVALUATE), context(exp))
+    got = read_evaluation(reply.content)
+    federation = load_federation(exp)  # the initial model is the one sent
+    want = evaluate(federation.workspace.model, *federation.client_data(1))
+    assert (got.num_examples, got.accuracy) == (want.examples, want.accuracy)
+    assert got.loss == pytest.approx(want.loss)
+
+
+def test_state_kept_for_one_model_is_refused_by_another(exp: Experiment) -> None:
+    ctx = context(exp)
+    app(message(instruction(first_downlink(exp), 1), TRAIN), ctx)
+    bigger = exp.model_copy(update={"model": exp.model.model_copy(update={"hidden": [9]})})
+    ctx.run_config["experiment"] = yaml.safe_dump(bigger.model_dump(mode="json"))
+    reply = app(message(instruction(first_downlink(bigger), 1), TRAIN), ctx)
+    assert reply.has_error()
+    assert reply.error.reason.startswith("ValueError: state")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_with_device_auto_it_trains_on_the_gpu_and_a_cpu_server_accepts_it(
+    exp: Experiment,
+) -> None:
+    gpu = exp.model_copy(update={"train": exp.train.model_copy(update={"device": "auto"})})
+    federation = load_federation(exp)  # the server on the CPU
+    server = Aggregator(
+        experiment=exp, workspace=federation.workspace, initial=federation.workspace.tensors()
+    )
+    ctx = context(gpu)
+    torch.cuda.reset_peak_memory_stats()
+    delivered = None
+    for round in (1, 2):  # round 2 restores the residual from context.state onto the GPU
+        downlink = server.broadcast(round, [1])[1]
+        reply = app(message(instruction(downlink, round, delivered), TRAIN), ctx)
+        assert not reply.has_error(), reply.error
+        update = read_train_reply(reply.content).update
+        assert update is not None and server.receive(1, update).accepted
+        delivered = server.finish_round().delivered[1]
+    assert torch.cuda.max_memory_allocated() > 0  # it did train on the GPU

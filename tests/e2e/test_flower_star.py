@@ -1,0 +1,246 @@
+"""The star on real Flower processes (SuperLink, SuperExec, SuperNodes) on 127.0.0.1.
+
+Two runs of examples/flower.yaml (3 digits clients, top-1% updates with error feedback):
+
+- a clean run, started exactly as docker-compose.yml starts it (`thinwire client`,
+  `thinwire server`, a process-isolated SuperLink with its own SuperExec), compared with the
+  simulator on the same seeded config;
+- a faulty run, started with Flower's own commands only (`flower-superlink`,
+  `flower-supernode`, `flwr run` on the folder `thinwire server --write-app` writes), in
+  which client 0 mangles every update it sends and client 2's SuperNode is killed in round 2.
+
+Each run is one module fixture (a Flower round costs seconds: the SuperNode polls every 3 s
+and starts a fresh process per message) that stops its processes before the tests read
+the run folder it left. Every process runs in its own process group and is killed in
+`finally`; `Cluster.stop` fails if any process of the run survives.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+import torch
+
+from thinwire.config import Experiment, load_config
+from thinwire.learning import evaluate, load_federation
+from thinwire.metrics import load_records
+from thinwire.server.flower_deploy import CLIENT_APP, superlink_command, supernode_command
+from thinwire.simulate import SimulationResult, simulate
+
+from .flower_cluster import EXAMPLE, ROOT, Cluster, free_port, service_commands
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
+
+RUN_TIMEOUT_S = 240
+
+
+class Run(NamedTuple):
+    """What a finished Flower run left behind."""
+
+    experiment: Experiment
+    run_dir: Path
+    output: str  # what the submitting command printed
+    returncode: int
+
+
+def _run_dir(output: Path) -> Path:
+    found = sorted(output.glob("flower-star-*"))
+    assert len(found) == 1, f"expected one run folder in {output}, found {found}"
+    return found[0]
+
+
+def _wait_for_records(run_output: Path, count: int, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while time.monotonic() < deadline and process.poll() is None:
+        folders = list(run_output.glob("flower-star-*/metrics.jsonl"))
+        if folders and len(folders[0].read_text().splitlines()) >= count:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the run did not finish round {count}")
+
+
+# --------------------------------------------------------------------------- clean run
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    root = tmp_path_factory.mktemp("clean")
+    output = root / "runs"
+    cluster = Cluster(root)
+    superlink = f"127.0.0.1:{free_port()}"
+    commands = service_commands(
+        host="127.0.0.1", superlink=superlink, node_ports=[free_port() for _ in range(3)]
+    )
+    submit = [*commands.pop("submit"), "--set", f"output={output}"]
+    try:
+        for name, command in commands.items():
+            cluster.start(name, command)
+        cluster.wait_healthy(int(superlink.rpartition(":")[2]))
+        done = subprocess.run(
+            submit,
+            cwd=ROOT,
+            env=cluster.env,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+        )
+    finally:
+        cluster.stop()
+    experiment = load_config(ROOT / EXAMPLE, [f"output={output}"])
+    return Run(experiment, _run_dir(output), done.stdout + done.stderr, done.returncode)
+
+
+@pytest.fixture(scope="module")
+def simulated(clean_run: Run) -> SimulationResult:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the Flower processes ran (OMP_NUM_THREADS=1)
+    try:
+        return simulate(clean_run.experiment)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_the_clean_run_finishes_and_prints_its_summary(clean_run: Run) -> None:
+    assert clean_run.returncode == 0, clean_run.output
+    assert "round 3/3" in clean_run.output  # the ServerApp's log, streamed by flwr run
+    assert "final accuracy" in clean_run.output
+    for name in ("config.yaml", "metrics.jsonl", "metrics.csv", "summary.json", "curves.png"):
+        assert (clean_run.run_dir / name).is_file(), name
+
+
+def test_accuracy_improves_over_the_initial_model(clean_run: Run) -> None:
+    federation = load_federation(clean_run.experiment)
+    initial = evaluate(federation.workspace.model, *federation.test_data()).accuracy
+    records = load_records(clean_run.run_dir)
+    assert [r["round"] for r in records] == [1, 2, 3]
+    assert records[-1]["accuracy"] > initial + 0.2
+    assert records[-1]["accuracy"] >= records[0]["accuracy"]
+
+
+def test_uplink_bytes_are_the_serialized_update_sizes(
+    clean_run: Run, simulated: SimulationResult
+) -> None:
+    records = load_records(clean_run.run_dir)
+    for flower, sim in zip(records, simulated.records, strict=True):
+        assert flower["updates_sent"] == 3
+        assert flower["bytes_up"] == sim["bytes_up"]
+        assert flower["bytes_down"] == sim["bytes_down"]
+    model = load_federation(clean_run.experiment).workspace.model
+    dense = 3 * 4 * sum(p.numel() for p in model.parameters())
+    assert 0 < records[0]["bytes_up"] < 0.05 * dense  # top-1%: far below dense fp32
+
+
+def test_the_final_model_equals_the_simulators_bit_for_bit(
+    clean_run: Run, simulated: SimulationResult
+) -> None:
+    checkpoint = torch.load(
+        clean_run.run_dir / "checkpoints" / "round-000003.pt", weights_only=True
+    )
+    assert checkpoint["round"] == 3
+    assert set(checkpoint["model"]) == set(simulated.model)
+    for name, tensor in simulated.model.items():
+        assert torch.equal(checkpoint["model"][name], tensor.cpu()), name
+    records = load_records(clean_run.run_dir)
+    assert [r["accuracy"] for r in records] == [r["accuracy"] for r in simulated.records]
+
+
+# --------------------------------------------------------------------------- faulty run
+
+CORRUPTING_CLIENT = '''\
+"""thinwire's ClientApp with a mod: partition 0 flips every bit of the updates it sends."""
+
+from flwr.app import Array, ArrayRecord
+from flwr.clientapp import ClientApp
+
+from thinwire.clients import flower_app
+
+
+def flip_update_bytes(message, context, call_next):
+    reply = call_next(message, context)
+    if context.node_config["partition-id"] == 0 and "update" in reply.content:
+        data = bytes(b ^ 0xFF for b in reply.content["update"]["update"].data)
+        array = Array(dtype="uint8", shape=(len(data),), stype="thinwire/update", data=data)
+        reply.content["update"] = ArrayRecord({"update": array})
+    return reply
+
+
+app = ClientApp()
+app.query()(flower_app.identify)
+app.train(mods=[flip_update_bytes])(flower_app.train)
+app.evaluate()(flower_app.evaluate)
+'''
+
+
+@pytest.fixture(scope="module")
+def faulty_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    root = tmp_path_factory.mktemp("faulty")
+    output = root / "runs"
+    app = root / "app"
+    cluster = Cluster(root)
+    port = free_port()
+    overrides = [f"output={output}", "runtime.round_timeout_s=30", "runtime.checkpoint_every=0"]
+    written = subprocess.run(
+        ["thinwire", "server", EXAMPLE, "--write-app", str(app)]
+        + [arg for override in overrides for arg in ("--set", override)],
+        cwd=ROOT,
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert written.returncode == 0, written.stderr
+    pyproject = app / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace(CLIENT_APP, "corrupting_client:app"))
+    (app / "corrupting_client.py").write_text(CORRUPTING_CLIENT)
+    home = Path(cluster.env["FLWR_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
+        f'address = "127.0.0.1:{port}"\ninsecure = true\n'
+    )
+    try:
+        cluster.start("superlink", superlink_command(port=port))
+        for i in range(3):
+            command = supernode_command(
+                superlink=f"127.0.0.1:{port}",
+                partition=i,
+                partitions=3,
+                port=free_port(),
+                insecure=True,
+            )
+            cluster.start(f"supernode-{i}", command)
+        cluster.wait_healthy(port)
+        flwr = cluster.start("flwr-run", ["flwr", "run", str(app), "local", "--stream"])
+        _wait_for_records(output, 1, flwr)
+        cluster.kill("supernode-2")  # round 2 has just been sent out
+        flwr.wait(timeout=RUN_TIMEOUT_S)
+    finally:
+        cluster.stop()
+    experiment = load_config(ROOT / EXAMPLE, overrides)
+    return Run(experiment, _run_dir(output), cluster.log("flwr-run"), flwr.returncode)
+
+
+def test_flowers_own_commands_run_the_written_app(faulty_run: Run) -> None:
+    assert faulty_run.returncode == 0, faulty_run.output
+    assert json.loads((faulty_run.run_dir / "summary.json").read_text())["rounds"] == 3
+
+
+def test_a_corrupted_update_is_logged_dropped_and_the_run_goes_on(faulty_run: Run) -> None:
+    assert "client 0: update dropped: WireError: not an Update message" in faulty_run.output
+    records = load_records(faulty_run.run_dir)
+    assert [r["rejected"] for r in records] == [1, 1, 1]
+    assert records[0]["updates_sent"] == 3  # sent, and counted in bytes, but not averaged
+
+
+def test_a_killed_supernode_costs_its_update_not_the_run(faulty_run: Run) -> None:
+    records = load_records(faulty_run.run_dir)
+    assert [r["round"] for r in records] == [1, 2, 3]
+    assert (records[1]["participants"], records[1]["dropouts"]) == (3, 1)
+    assert (records[2]["participants"], records[2]["dropouts"]) == (2, 0)
+    # No reply by the deadline; the SuperLink may answer first that the message expired.
+    assert "client 2 dropped out" in faulty_run.output

@@ -1,0 +1,346 @@
+"""The Flower round loop (`FlowerStar`) against in-process SuperNodes running the ClientApp."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+from flower_local import LocalGrid, set_task_identity
+from flwr.app import Array, ArrayRecord, Context, Message
+
+from thinwire.clients.flower_app import app as client_app
+from thinwire.config import Experiment, parse_config
+from thinwire.learning import load_federation
+from thinwire.metrics import RunRecorder, load_records
+from thinwire.server import sample_clients
+from thinwire.server.flower_messages import TRAIN, read_instruction
+from thinwire.server.flower_rounds import FlowerStar, QuorumError
+from thinwire.simulate import simulate
+
+TOPK_EF = {"scope": "model", "select": {"kind": "topk", "density": 0.05}, "error_feedback": True}
+
+
+def experiment(tmp_path: Path, **sections: Any) -> Experiment:
+    runtime = {"kind": "flower", "poll_interval_s": 0.005, "round_timeout_s": 2.0}
+    runtime.update(sections.pop("runtime", {}))
+    raw = {
+        "name": "star",
+        "seed": 3,
+        "data": {"dataset": "digits", "clients": 3},
+        "model": {"kind": "mlp", "hidden": [16]},
+        "train": {"rounds": 3, "local_steps": 4, "lr": 0.1, "device": "cpu"},
+        "codec": TOPK_EF,
+        "runtime": runtime,
+        "output": str(tmp_path / "runs"),
+        **sections,
+    }
+    return parse_config(raw)
+
+
+def run_config(exp: Experiment) -> dict[str, str]:
+    text = yaml.safe_dump(exp.model_dump(mode="json"))
+    return {"experiment": text, "run-dir": "", "resume": ""}
+
+
+def star(exp: Experiment, grid: LocalGrid, tmp_path: Path, **kwargs: Any) -> FlowerStar:
+    recorder = RunRecorder(exp, run_dir=tmp_path / "run")
+    return FlowerStar(
+        grid=grid, experiment=exp, federation=load_federation(exp), recorder=recorder, **kwargs
+    )
+
+
+@pytest.fixture(autouse=True)
+def task_identity() -> None:
+    set_task_identity()
+
+
+def replacing_replies(
+    grid: LocalGrid, partition: int, edit: Callable[[Message, Context], Message]
+) -> None:
+    """Makes `partition`'s node pass its train replies through `edit`."""
+
+    def app(message: Message, context: Context) -> Message:
+        reply = client_app(message, context)
+        return edit(reply, context) if message.metadata.message_type == TRAIN else reply
+
+    grid.client_apps[grid.node(partition)] = app
+
+
+def dying_at(grid: LocalGrid, partition: int, round: int) -> None:
+    """Makes `partition`'s node stop answering from train message `round` on."""
+    node = grid.node(partition)
+    push = grid.push_messages
+
+    def push_then_die(messages: Any) -> Any:
+        messages = list(messages)
+        for m in messages:
+            to_node = m.metadata.dst_node_id == node and m.metadata.message_type == TRAIN
+            if to_node and read_instruction(m.content).round >= round:
+                grid.dead.add(node)
+        return push(messages)
+
+    grid.push_messages = push_then_die  # type: ignore[method-assign]
+
+
+CENSOR = {"kind": "censor", "threshold": {"kind": "constant", "tau": 0.01}}
+"""All three clients send in round 1, then 1 to 3 of them stay silent each round."""
+RANDOM_ACCESS = {"kind": "random_access", "rule": {"kind": "aog", "threshold": 0.5}}
+PRIVACY = {
+    "noise_multiplier": 1.0,
+    "delta": 1e-3,
+    "max_grad_norm": 1.0,
+    "sparsity": {"final_rate": 0.5, "schedule": "linear"},
+}
+SHARED_MASK = {"scope": "model", "select": {"kind": "shared_mask"}}
+POLICY_KEYS = ("censored", "reused", "slot_successes", "slot_collisions", "slot_idle", "epsilon")
+
+
+@pytest.mark.parametrize(
+    "sections",
+    [
+        {},
+        {"downlink": TOPK_EF, "train": {"rounds": 3, "local_steps": 4, "participation": 0.67}},
+        {"policy": CENSOR, "codec": {}, "train": {"rounds": 4, "local_steps": 4}},
+        {
+            "policy": RANDOM_ACCESS,
+            "data": {"dataset": "digits", "clients": 6},
+            "channel": {"slots": 2},
+        },
+        {"privacy": PRIVACY, "codec": SHARED_MASK},
+    ],
+    ids=[
+        "topk-ef",
+        "compressed-downlink-partial-participation",
+        "censoring",
+        "random-access",
+        "dp-random-sparsification",
+    ],
+)
+def test_a_run_equals_the_simulated_run_bit_for_bit(tmp_path: Path, sections: dict) -> None:
+    sections = dict(sections)
+    if "train" in sections:
+        sections["train"] = {**sections["train"], "lr": 0.1, "device": "cpu"}
+    exp = experiment(tmp_path, **sections)
+    grid = LocalGrid(run_config(exp), exp.data.clients)
+    flower = star(exp, grid, tmp_path)
+    model = flower.run()
+    expected = simulate(exp)
+    for name, tensor in expected.model.items():
+        assert torch.equal(model[name], tensor), name
+    for got, want in zip(flower.recorder.records, expected.records, strict=True):
+        for key in ("accuracy", "loss", "train_loss", "bytes_up", "bytes_down", "participants"):
+            assert got[key] == want[key], key
+        for key in POLICY_KEYS:
+            assert got.get(key) == want.get(key), key
+    for round in (1, 2, 3):
+        sent = [m for m in grid.sent_of_type(TRAIN) if read_instruction(m.content).round == round]
+        nodes = sorted(m.metadata.dst_node_id for m in sent)
+        assert nodes == [grid.node(c) for c in sample_clients(exp, round)]
+
+
+def test_censored_rounds_send_no_update_bytes_and_reuse_the_last_update(tmp_path: Path) -> None:
+    exp = experiment(
+        tmp_path, policy=CENSOR, codec={}, train={"rounds": 5, "local_steps": 4, "lr": 0.1}
+    )
+    grid = LocalGrid(run_config(exp), 3)
+    flower = star(exp, grid, tmp_path)
+    flower.run()
+    records = flower.recorder.records
+    assert [r["censored"] for r in records] == [0, 3, 2, 3, 1]
+    update_bytes = records[0]["bytes_up"] // 3  # a dense update has one size
+    for record in records:
+        assert record["updates_sent"] + record["censored"] == record["participants"]
+        assert record["reused"] == record["censored"]  # CSGD averages their last update
+        assert record["bytes_up"] == record["updates_sent"] * update_bytes  # none from silence
+    assert len(grid.sent_of_type(TRAIN)) == 15  # a censored client is still asked every round
+
+
+def test_delivered_travels_with_a_clients_next_train_message(tmp_path: Path) -> None:
+    exp = experiment(tmp_path)
+    grid = LocalGrid(run_config(exp), 3)
+    star(exp, grid, tmp_path).run()
+    delivered = [read_instruction(m.content).delivered for m in grid.sent_of_type(TRAIN)]
+    assert delivered == [None] * 3 + [True] * 6
+
+
+def test_a_corrupted_update_is_rejected_counted_and_reported_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def flip(reply: Message, context: Context) -> Message:
+        data = bytes(b ^ 0xFF for b in reply.content["update"]["update"].data)
+        array = Array(dtype="uint8", shape=(len(data),), stype="thinwire/update", data=data)
+        reply.content["update"] = ArrayRecord({"update": array})
+        return reply
+
+    exp = experiment(tmp_path)
+    grid = LocalGrid(run_config(exp), 3)
+    replacing_replies(grid, 1, flip)
+    flower = star(exp, grid, tmp_path)
+    flower.run()
+    assert [r["rejected"] for r in flower.recorder.records] == [1, 1, 1]
+    assert [r["updates_sent"] for r in flower.recorder.records] == [3, 3, 3]
+    assert "client 1: update dropped: WireError" in caplog.text
+    to_client_1 = [
+        read_instruction(m.content).delivered
+        for m in grid.sent_of_type(TRAIN)
+        if m.metadata.dst_node_id == grid.node(1)
+    ]
+    assert to_client_1 == [None, False, False]
+
+
+def test_a_reply_without_its_records_is_rejected_and_the_round_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def strip_metrics(reply: Message, context: Context) -> Message:
+        del reply.content["metrics"]
+        return reply
+
+    exp = experiment(tmp_path)
+    grid = LocalGrid(run_config(exp), 3)
+    replacing_replies(grid, 0, strip_metrics)
+    flower = star(exp, grid, tmp_path)
+    flower.run()
+    assert [r["rejected"] for r in flower.recorder.records] == [1, 1, 1]
+    assert [r["updates_sent"] for r in flower.recorder.records] == [2, 2, 2]
+    assert "client 0: malformed reply: WireError: the message has no 'metrics'" in caplog.text
+
+
+def test_a_reply_without_update_bytes_is_a_silent_client(tmp_path: Path) -> None:
+    def silence(reply: Message, context: Context) -> Message:
+        del reply.content["update"]
+        return reply
+
+    exp = experiment(tmp_path)
+    grid = LocalGrid(run_config(exp), 3)
+    replacing_replies(grid, 2, silence)
+    flower = star(exp, grid, tmp_path)
+    flower.run()
+    records = flower.recorder.records
+    assert [(r["updates_sent"], r["rejected"], r["dropouts"]) for r in records] == [(2, 0, 0)] * 3
+
+
+def test_a_node_that_stops_answering_drops_out_and_the_run_finishes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    exp = experiment(tmp_path, runtime={"min_replies": 2, "round_timeout_s": 0.5})
+    grid = LocalGrid(run_config(exp), 3)
+    dying_at(grid, 2, round=2)
+    flower = star(exp, grid, tmp_path)
+    flower.run()
+    records = flower.recorder.records
+    assert [(r["participants"], r["dropouts"]) for r in records] == [(3, 0), (3, 1), (2, 0)]
+    assert [r["updates_sent"] for r in records] == [3, 2, 2]
+    assert "client 2 dropped out: no reply by the deadline" in caplog.text
+    queries = [m for m in grid.sent_of_type("query") if m.metadata.dst_node_id == grid.node(2)]
+    assert len(queries) == 2  # asked once at the start, and again after it dropped out
+
+
+def test_fewer_replies_than_min_replies_stop_the_run_after_a_checkpoint(tmp_path: Path) -> None:
+    exp = experiment(tmp_path, runtime={"min_replies": 2, "round_timeout_s": 0.3})
+    grid = LocalGrid(run_config(exp), 3)
+    dying_at(grid, 1, round=2)
+    dying_at(grid, 2, round=2)
+    flower = star(exp, grid, tmp_path)
+    with pytest.raises(
+        QuorumError, match=r"round 2: 1 of 3 clients answered .* runtime.min_replies is 2"
+    ):
+        flower.run()
+    checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "round-000001.pt", weights_only=True)
+    assert checkpoint["round"] == 1
+    for name, tensor in checkpoint["model"].items():
+        assert torch.equal(tensor, flower.aggregator.model[name])
+
+
+def test_the_run_waits_for_its_clients_then_starts_without_the_missing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    exp = experiment(tmp_path, runtime={"connect_timeout_s": 0.3})
+    grid = LocalGrid(run_config(exp), 3)
+    grid.dead.add(grid.node(1))  # never answers its identify query
+    flower = star(exp, grid, tmp_path)
+    flower.run()
+    assert "starting without clients [1]" in caplog.text
+    assert [r["participants"] for r in flower.recorder.records] == [2, 2, 2]
+
+
+def test_too_few_clients_at_the_start_stop_the_run(tmp_path: Path) -> None:
+    exp = experiment(tmp_path, runtime={"connect_timeout_s": 0.2, "min_replies": 3})
+    grid = LocalGrid(run_config(exp), 3)
+    grid.dead.add(grid.node(0))
+    with pytest.raises(QuorumError, match="2 of 3 clients connected"):
+        star(exp, grid, tmp_path).run()
+
+
+def test_a_node_started_for_another_experiment_is_left_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    exp = experiment(tmp_path, runtime={"connect_timeout_s": 0.3})
+    grid = LocalGrid(run_config(exp), 3, node_configs={2: {"partition-id": 2, "num-partitions": 5}})
+    flower = star(exp, grid, tmp_path)
+    flower.run()
+    assert "serves partition 2 of 5, but this experiment has 3 clients" in caplog.text
+    assert [r["participants"] for r in flower.recorder.records] == [2, 2, 2]
+    assert (
+        len([m for m in grid.sent_of_type("query") if m.metadata.dst_node_id == grid.node(2)]) == 1
+    )
+
+
+def test_client_evaluation_measures_the_global_model_on_every_client(tmp_path: Path) -> None:
+    exp = experiment(tmp_path, runtime={"client_eval": True})
+    grid = LocalGrid(run_config(exp), 3)
+    flower = star(exp, grid, tmp_path)
+    flower.run()
+    records = flower.recorder.records
+    assert len(grid.sent_of_type("evaluate")) == 9
+    assert all(0.0 <= r["client_accuracy"] <= 1.0 for r in records)
+    assert records[-1]["client_loss"] < records[0]["client_loss"] * 1.5
+    assert records[0]["eval_bytes_down"] == records[0]["bytes_down"]  # the full model, 3 times
+
+
+def test_checkpoints_resume_to_the_same_model_when_clients_keep_no_state(tmp_path: Path) -> None:
+    dense = {"scope": "tensor"}
+    exp = experiment(tmp_path, codec=dense, runtime={"checkpoint_every": 1})
+    uninterrupted = star(exp, LocalGrid(run_config(exp), 3), tmp_path / "a")
+    final = uninterrupted.run()
+    checkpoints = sorted((tmp_path / "a" / "run" / "checkpoints").glob("round-*.pt"))
+    assert [p.name for p in checkpoints] == [f"round-00000{r}.pt" for r in (1, 2, 3)]
+
+    resumed = star(exp, LocalGrid(run_config(exp), 3), tmp_path / "b", resume=checkpoints[0])
+    model = resumed.run()
+    for name, tensor in final.items():
+        assert torch.equal(model[name], tensor), name
+    first, last = uninterrupted.recorder.records, resumed.recorder.records
+    assert [r["round"] for r in last] == [2, 3]
+    assert last[-1]["cum_bytes_up"] == first[-1]["cum_bytes_up"]
+
+
+def test_a_resumed_run_sends_every_client_the_full_model_first(tmp_path: Path) -> None:
+    exp = experiment(tmp_path, downlink=TOPK_EF, runtime={"checkpoint_every": 2})
+    star(exp, LocalGrid(run_config(exp), 3), tmp_path / "a").run()
+    checkpoint = tmp_path / "a" / "run" / "checkpoints" / "round-000002.pt"
+    grid = LocalGrid(run_config(exp), 3)
+    resumed = star(exp, grid, tmp_path / "b", resume=checkpoint)
+    resumed.run()
+    full_model = resumed.recorder.records[0]["bytes_down"]
+    uninterrupted = load_records(tmp_path / "a" / "run")
+    assert full_model == uninterrupted[0]["bytes_down"]  # round 1 sends the model whole
+    assert full_model > uninterrupted[2]["bytes_down"]  # later rounds send compressed deltas
+
+
+def test_a_round_whose_clients_all_left_stops_the_run_after_a_checkpoint(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    exp = experiment(tmp_path, runtime={"round_timeout_s": 0.3})
+    grid = LocalGrid(run_config(exp), 3)
+    listed = grid.get_node_ids
+    grid.get_node_ids = lambda: [] if grid.sent_of_type(TRAIN) else listed()  # type: ignore[method-assign]
+    flower = star(exp, grid, tmp_path)
+    with pytest.raises(QuorumError, match="round 2: 0 of its 3 sampled clients are connected"):
+        flower.run()
+    assert "client 0: node 1000 left the federation" in caplog.text
+    assert [r["round"] for r in flower.recorder.records] == [1]
+    assert (tmp_path / "run" / "checkpoints" / "round-000001.pt").is_file()
