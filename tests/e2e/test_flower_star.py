@@ -1,13 +1,15 @@
 """The star on real Flower processes (SuperLink, SuperExec, SuperNodes) on 127.0.0.1.
 
-Two runs of examples/flower.yaml (3 digits clients, top-1% updates with error feedback):
+Three runs of examples/flower.yaml (3 digits clients, top-1% updates with error feedback):
 
 - a clean run, started exactly as docker-compose.yml starts it (`thinwire client`,
   `thinwire server`, a process-isolated SuperLink with its own SuperExec), compared with the
   simulator on the same seeded config;
 - a faulty run, started with Flower's own commands only (`flower-superlink`,
   `flower-supernode`, `flwr run` on the folder `thinwire server --write-app` writes), in
-  which client 0 mangles every update it sends and client 2's SuperNode is killed in round 2.
+  which client 0 mangles every update it sends and client 2's SuperNode is killed in round 2;
+- a censored run (CSGD, `policy: censor`) submitted by `thinwire server --start-superlink`,
+  in which whole rounds pass without an update on the wire.
 
 Each run is one module fixture (a Flower round costs seconds: the SuperNode polls every 3 s
 and starts a fresh process per message) that stops its processes before the tests read
@@ -32,7 +34,14 @@ from thinwire.metrics import load_records
 from thinwire.server.flower_deploy import CLIENT_APP, superlink_command, supernode_command
 from thinwire.simulate import SimulationResult, simulate
 
-from .flower_cluster import EXAMPLE, ROOT, Cluster, free_port, service_commands
+from .flower_cluster import (
+    EXAMPLE,
+    ROOT,
+    Cluster,
+    client_command,
+    free_port,
+    service_commands,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -244,3 +253,57 @@ def test_a_killed_supernode_costs_its_update_not_the_run(faulty_run: Run) -> Non
     assert (records[2]["participants"], records[2]["dropouts"]) == (2, 0)
     # No reply by the deadline; the SuperLink may answer first that the message expired.
     assert "client 2 dropped out" in faulty_run.output
+
+
+# --------------------------------------------------------------------------- censored run
+
+CENSORING = [
+    "policy={kind: censor, threshold: {kind: constant, tau: 3.0}}",
+    "train.rounds=4",
+    "runtime.checkpoint_every=0",
+]
+"""With tau = 3 the clients send in rounds 1 and 4 (two of three) and stay silent between."""
+
+
+@pytest.fixture(scope="module")
+def censored_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    root = tmp_path_factory.mktemp("censored")
+    output = root / "runs"
+    cluster = Cluster(root)
+    superlink = f"127.0.0.1:{free_port()}"
+    overrides = [f"output={output}", *CENSORING]
+    try:
+        for i in range(3):
+            cluster.start(f"supernode-{i}", client_command(superlink, i, 3, free_port(), None))
+        done = subprocess.run(
+            ["thinwire", "server", EXAMPLE, "--superlink", superlink, "--insecure"]
+            + ["--start-superlink"]
+            + [arg for override in overrides for arg in ("--set", override)],
+            cwd=ROOT,
+            env=cluster.env,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+        )
+    finally:
+        cluster.stop()
+    experiment = load_config(ROOT / EXAMPLE, overrides)
+    return Run(experiment, _run_dir(output), done.stdout + done.stderr, done.returncode)
+
+
+def test_censored_rounds_send_no_update_bytes(censored_run: Run) -> None:
+    assert censored_run.returncode == 0, censored_run.output
+    records = load_records(censored_run.run_dir)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        simulated = simulate(censored_run.experiment).records
+    finally:
+        torch.set_num_threads(threads)
+    assert [r["censored"] for r in records] == [0, 3, 3, 1]
+    for flower, sim in zip(records, simulated, strict=True):
+        assert flower["updates_sent"] + flower["censored"] == 3
+        assert flower["reused"] == flower["censored"]  # the server averages their last update
+        for key in ("bytes_up", "updates_sent", "censored", "accuracy"):
+            assert flower[key] == sim[key], key
+    assert [r["bytes_up"] for r in records][1:3] == [0, 0]
