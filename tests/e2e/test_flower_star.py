@@ -73,6 +73,23 @@ def _wait_for_records(run_output: Path, count: int, process: subprocess.Popen[by
     raise AssertionError(f"the run did not finish round {count}")
 
 
+def _submit(command: list[str], cluster: Cluster) -> subprocess.CompletedProcess[str]:
+    """Runs a submitting command to its end (bounded by RUN_TIMEOUT_S), capturing its output."""
+    return subprocess.run(
+        command, cwd=ROOT, env=cluster.env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+    )
+
+
+def _simulate(experiment: Experiment) -> SimulationResult:
+    """The simulator on one thread, as the Flower processes ran (OMP_NUM_THREADS=1)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return simulate(experiment)
+    finally:
+        torch.set_num_threads(threads)
+
+
 # --------------------------------------------------------------------------- clean run
 
 
@@ -90,14 +107,7 @@ def clean_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
         for name, command in commands.items():
             cluster.start(name, command)
         cluster.wait_healthy(int(superlink.rpartition(":")[2]))
-        done = subprocess.run(
-            submit,
-            cwd=ROOT,
-            env=cluster.env,
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-        )
+        done = _submit(submit, cluster)
     finally:
         cluster.stop()
     experiment = load_config(ROOT / EXAMPLE, [f"output={output}"])
@@ -106,12 +116,7 @@ def clean_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 @pytest.fixture(scope="module")
 def simulated(clean_run: Run) -> SimulationResult:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the Flower processes ran (OMP_NUM_THREADS=1)
-    try:
-        return simulate(clean_run.experiment)
-    finally:
-        torch.set_num_threads(threads)
+    return _simulate(clean_run.experiment)
 
 
 def test_the_clean_run_finishes_and_prints_its_summary(clean_run: Run) -> None:
@@ -275,16 +280,9 @@ def censored_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     try:
         for i in range(3):
             cluster.start(f"supernode-{i}", client_command(superlink, i, 3, free_port(), None))
-        done = subprocess.run(
-            ["thinwire", "server", EXAMPLE, "--superlink", superlink, "--insecure"]
-            + ["--start-superlink"]
-            + [arg for override in overrides for arg in ("--set", override)],
-            cwd=ROOT,
-            env=cluster.env,
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-        )
+        server = ["thinwire", "server", EXAMPLE, "--superlink", superlink, "--insecure"]
+        sets = [arg for override in overrides for arg in ("--set", override)]
+        done = _submit([*server, "--start-superlink", *sets], cluster)
     finally:
         cluster.stop()
     experiment = load_config(ROOT / EXAMPLE, overrides)
@@ -294,12 +292,7 @@ def censored_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
 def test_censored_rounds_send_no_update_bytes(censored_run: Run) -> None:
     assert censored_run.returncode == 0, censored_run.output
     records = load_records(censored_run.run_dir)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        simulated = simulate(censored_run.experiment).records
-    finally:
-        torch.set_num_threads(threads)
+    simulated = _simulate(censored_run.experiment).records
     assert [r["censored"] for r in records] == [0, 3, 3, 1]
     for flower, sim in zip(records, simulated, strict=True):
         assert flower["updates_sent"] + flower["censored"] == 3
