@@ -49,7 +49,6 @@ gamma = 1 is D-PSGD. ChocoSGD's grid found 0.04 for top-1% on convex problems an
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import torch
@@ -58,9 +57,6 @@ from thinwire.codecs.model import ModelCodec
 from thinwire.codecs.support import derive_seed
 from thinwire.config import ChocoGossip, SparqGossip
 from thinwire.learning import flatten
-from thinwire.statetree import Leaf
-from thinwire.statetree import flatten as flatten_state
-from thinwire.statetree import unflatten as unflatten_state
 from thinwire.topologies.node import (
     CODEC_STREAM,
     Absorbed,
@@ -68,6 +64,7 @@ from thinwire.topologies.node import (
     NodeCore,
     Prepared,
     Received,
+    StateNode,
     asks,
     elapsed,
 )
@@ -101,7 +98,7 @@ def _form(payload: Payload) -> tuple[type, type, torch.dtype | None]:
     return type(payload.support), type(values), dtype
 
 
-class ChocoNode:
+class ChocoNode(StateNode):
     """A CHOCO-SGD peer, or a SPARQ-SGD peer when built from a `SparqGossip` section.
 
     Args:
@@ -251,18 +248,6 @@ class ChocoNode:
         x = state.x + self.gamma * pull
         self.state = state._replace(x=x, copies=copies, links=links)
         return absorbed._replace(compute_s=elapsed(start))
-
-    def vector(self) -> torch.Tensor:
-        """The node's model, flat."""
-        return self.state.x
-
-    def state_dict(self) -> dict[str, Leaf]:
-        """The state, flattened for a checkpoint."""
-        return flatten_state(self.state)
-
-    def load_state_dict(self, flat: Mapping[str, Leaf]) -> None:
-        """Restores `state_dict` output."""
-        self.state = unflatten_state(self.state, flat)
 
     def desynchronized(self) -> None:
         """After missed rounds every link resynchronizes: full estimates both ways.

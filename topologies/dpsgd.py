@@ -16,15 +16,19 @@ State: the model only (`DPSGDState`). Cost per round and neighbour: d fp32 value
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from typing import NamedTuple
 
 import torch
 
-from thinwire.statetree import Leaf
-from thinwire.statetree import flatten as flatten_state
-from thinwire.statetree import unflatten as unflatten_state
-from thinwire.topologies.node import Absorbed, Inbox, NodeCore, Prepared, Received, elapsed
+from thinwire.topologies.node import (
+    Absorbed,
+    Inbox,
+    NodeCore,
+    Prepared,
+    Received,
+    StateNode,
+    elapsed,
+)
 from thinwire.wire import Kind
 
 __all__ = ["DPSGDNode", "DPSGDState"]
@@ -36,7 +40,7 @@ class DPSGDState(NamedTuple):
     x: torch.Tensor  # (d,) float32: the model (x^{t+1/2} between prepare and absorb)
 
 
-class DPSGDNode:
+class DPSGDNode(StateNode):
     """A D-PSGD peer (see the module docstring)."""
 
     def __init__(self, core: NodeCore) -> None:
@@ -74,18 +78,6 @@ class DPSGDNode:
             mixed += weights[j] * (accepted[j].values if j in accepted else own)
         self.state = DPSGDState(x=mixed)
         return absorbed._replace(compute_s=elapsed(start))
-
-    def vector(self) -> torch.Tensor:
-        """The node's model, flat."""
-        return self.state.x
-
-    def state_dict(self) -> dict[str, Leaf]:
-        """The state, flattened for a checkpoint."""
-        return flatten_state(self.state)
-
-    def load_state_dict(self, flat: Mapping[str, Leaf]) -> None:
-        """Restores `state_dict` output."""
-        self.state = unflatten_state(self.state, flat)
 
     def desynchronized(self) -> None:
         """Nothing to do after missed rounds: models are whole."""

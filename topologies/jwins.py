@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
 from typing import NamedTuple
 
 import torch
@@ -50,9 +49,6 @@ from thinwire.codecs import wavelet
 from thinwire.codecs.model import FLAT_NAME
 from thinwire.codecs.support import derive_seed
 from thinwire.config import JwinsGossip
-from thinwire.statetree import Leaf
-from thinwire.statetree import flatten as flatten_state
-from thinwire.statetree import unflatten as unflatten_state
 from thinwire.topologies.node import (
     ALPHA_STREAM,
     Absorbed,
@@ -60,6 +56,7 @@ from thinwire.topologies.node import (
     NodeCore,
     Prepared,
     Received,
+    StateNode,
     elapsed,
 )
 from thinwire.wire import (
@@ -83,7 +80,7 @@ class JwinsState(NamedTuple):
     pending: torch.Tensor  # (d',) float32: A, wavelet-domain change not shared yet
 
 
-class JwinsNode:
+class JwinsNode(StateNode):
     """A JWINS peer (see the module docstring).
 
     Raises:
@@ -176,18 +173,6 @@ class JwinsNode:
         pending = state.pending + self.transform.forward(x - state.anchor)
         self.state = JwinsState(x, x, pending)
         return absorbed._replace(compute_s=elapsed(start))
-
-    def vector(self) -> torch.Tensor:
-        """The node's model, flat."""
-        return self.state.x
-
-    def state_dict(self) -> dict[str, Leaf]:
-        """The state, flattened for a checkpoint."""
-        return flatten_state(self.state)
-
-    def load_state_dict(self, flat: Mapping[str, Leaf]) -> None:
-        """Restores `state_dict` output."""
-        self.state = unflatten_state(self.state, flat)
 
     def desynchronized(self) -> None:
         """Nothing to do after missed rounds: nothing is kept per neighbour."""

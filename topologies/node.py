@@ -25,10 +25,11 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
+from thinwire import statetree
 from thinwire.codecs.model import ModelCodec
 from thinwire.codecs.support import derive_seed
 from thinwire.config import Experiment
@@ -57,6 +58,7 @@ from thinwire.wire import (
 )
 
 __all__ = [
+    "StateNode",
     "ASK",
     "Absorbed",
     "GossipNode",
@@ -151,6 +153,28 @@ class GossipNode(Protocol):
     def desynchronized(self) -> None:
         """The node missed rounds (a restart, or catching up): resynchronize what it must."""
         ...
+
+
+class StateNode:
+    """What every gossip node shares: a NamedTuple `state` whose `x` is the flat model.
+
+    The methods of `GossipNode` that only read or replace that state live here once.
+    """
+
+    state: Any
+
+    def vector(self) -> torch.Tensor:
+        """The node's model, flat."""
+        x: torch.Tensor = self.state.x
+        return x
+
+    def state_dict(self) -> dict[str, Leaf]:
+        """The state, flattened for a checkpoint."""
+        return statetree.flatten(self.state)
+
+    def load_state_dict(self, flat: Mapping[str, Leaf]) -> None:
+        """Restores `state_dict` output (checked against the current state's structure)."""
+        self.state = statetree.unflatten(self.state, flat)
 
 
 class NodeCore:
