@@ -28,6 +28,32 @@ def test_digits_are_8x8_images_in_the_unit_interval():
     assert data.x_train.min() == 0.0 and data.x_train.max() == 1.0
 
 
+def test_digits_are_scikit_learns_digits_read_without_importing_it():
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; from thinwire.config import DataConfig; "
+        "from thinwire.learning import load_dataset; "
+        "load_dataset(DataConfig(dataset='digits'), seed=0); print('sklearn' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr
+    data = load_dataset(DataConfig(dataset="digits", test_fraction=0.25), seed=0)
+    ours = torch.cat([data.x_train, data.x_test]).flatten(1)
+    labels = torch.cat([data.y_train, data.y_test])
+    bunch = load_digits()
+    reference = torch.from_numpy(bunch.images).float().div(16.0).flatten(1)
+    order = torch.cat([_rows(ours_row, reference) for ours_row in ours[:50]])
+    assert torch.equal(ours[:50], reference[order])
+    assert torch.equal(labels[:50], torch.from_numpy(bunch.target)[order])
+
+
+def _rows(row: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """Index of the first row of `table` equal to `row`."""
+    return torch.nonzero((table == row).all(dim=1)).flatten()[:1]
+
+
 def test_digits_split_is_stratified_by_test_fraction():
     data = load_dataset(DataConfig(dataset="digits", test_fraction=0.25), seed=0)
     total = torch.bincount(torch.cat([data.y_train, data.y_test]), minlength=10)
