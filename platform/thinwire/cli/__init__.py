@@ -1,13 +1,18 @@
-"""The `thinwire` command: one Typer app, its commands grouped by what they run."""
+"""The `thinwire` command: one Typer app, its commands grouped by what they run.
+
+- `experiments`: `run`, `validate`, `compare` (simulated runs and their folders);
+- `flower`: `server`, `client` (the star on Flower's deployment engine);
+- `gossip`: `topology`, `peer` (decentralized runs on a graph).
+
+Importing a group registers its commands on `app`, in the order `thinwire --help` lists them.
+"""
 
 from __future__ import annotations
 
-from thinwire.cli import experiments, flower, gossip
+from thinwire.cli import experiments, flower, gossip  # noqa: F401  (they register commands)
 from thinwire.cli._app import app
 
 __all__ = ["app", "main"]
-
-_COMMANDS = (experiments, gossip, flower)  # importing a group registers its commands
 
 
 def main() -> None:
