@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from thinwire.config import ConfigError, Experiment, load_config
+from thinwire.metrics import format_bytes
+
 __all__ = [
     "ConfigArg",
     "SetOpt",
@@ -15,17 +26,6 @@ __all__ = [
     "run_table",
     "summary_rows",
 ]
-
-import math
-from pathlib import Path
-from typing import Annotated, Any, NoReturn
-
-import typer
-from rich.console import Console
-from rich.table import Table
-
-from thinwire.config import ConfigError, Experiment, load_config
-from thinwire.metrics import format_bytes
 
 app = typer.Typer(
     help="thinwire: communication-efficient federated and decentralized learning.",
