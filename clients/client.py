@@ -335,13 +335,10 @@ class Client:
             )
             return ClientResult(None, decision, stats.loss, stats.examples, _since(start), spent)
 
-        shared_mask = isinstance(self.experiment.codec.select, SharedMask)
         codec_state = state.codec
-        if shared_mask:
+        if isinstance(self.experiment.codec.select, SharedMask):
             codec_state = install_mask(codec_state, self._mask(round))
         payloads, codec_state = self.uplink.encode(update, codec_state)
-        if shared_mask:  # each round installs its own mask; the state keeps none between
-            codec_state = install_mask(codec_state, None)
         metrics = {"num_examples": float(self.x.shape[0]), "train_loss": stats.loss}
         if decision.slot is not None:
             metrics[SLOT_METRIC] = float(decision.slot)

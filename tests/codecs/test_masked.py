@@ -23,6 +23,15 @@ def test_it_sends_the_values_at_the_mask_and_the_receiver_regenerates_the_coordi
     assert torch.equal(codec.decode(payload, (100,)), expected)
 
 
+def test_a_mask_serves_one_encode_and_leaves_the_state_as_init_made_it():
+    codec = chain(shared_mask())
+    x = torch.randn(100, generator=torch.Generator().manual_seed(0))
+    _, state = codec.encode(x, install_mask(codec.init(x), MASK))
+    assert state == codec.init(x)  # same structure to save and restore, no stale mask
+    payload, _ = codec.encode(x, state)
+    assert isinstance(payload.support, DenseSupport)
+
+
 def test_before_a_mask_is_installed_everything_is_sent_densely():
     codec = chain(shared_mask())
     x = torch.arange(6.0)

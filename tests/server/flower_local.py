@@ -79,15 +79,17 @@ class LocalGrid(Grid):
             run_config=dict(old.run_config),
         )
 
+    # Abstract members of Flower's Grid that thinwire's ServerApp never calls: a call here
+    # would be a change in what the ServerApp needs, so it fails loudly instead of faking.
     def set_run(self, run: Any) -> None:
-        raise NotImplementedError
+        raise NotImplementedError("LocalGrid has no Flower run")
 
     @property
     def run(self) -> Any:
-        raise NotImplementedError
+        raise NotImplementedError("LocalGrid has no Flower run")
 
     def create_message(self, *args: Any, **kwargs: Any) -> Message:
-        raise NotImplementedError
+        raise NotImplementedError("the ServerApp builds its messages with Message(...)")
 
     def get_node_ids(self) -> Iterable[int]:
         return list(self.contexts)

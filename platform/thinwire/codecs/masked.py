@@ -43,7 +43,10 @@ def shared_mask() -> Selector:
     2. `select` returns `support` and the input's values at its coordinates (sorted);
     3. the receiver rebuilds the coordinates from the seed and scatters the values.
 
-    State: the installed `SeededSupport` (None: every coordinate is kept, densely).
+    State: the installed `SeededSupport` (None: every coordinate is kept, densely). A mask
+    serves one encode: `select` hands back a state without it, so between encodes the state
+    is always `SharedMaskState(None)`, the same structure as `init`'s (runtimes that save
+    codec states restore them against `init`), and a stale mask can never be sent again.
     The selector is biased (coordinates outside the mask are dropped) and claims no
     contraction bound: the mask is chosen by the caller, not from the input.
 
@@ -71,7 +74,8 @@ def shared_mask() -> Selector:
     ) -> tuple[Support, torch.Tensor, SharedMaskState]:
         if state.support is None:
             return DenseSupport(), y, state
-        return state.support, y[seeded_indices(state.support, y.numel(), y.device)], state
+        kept = y[seeded_indices(state.support, y.numel(), y.device)]
+        return state.support, kept, SharedMaskState(None)
 
     return Selector(init, select, CodecInfo(unbiased=False), name="shared_mask")
 
