@@ -165,7 +165,8 @@ class FlowerStar:
             path = self._checkpoint()
             raise QuorumError(f"{exc}. Resume with --resume {path}") from None
         outcome = self.strategy.last_round
-        assert outcome is not None and outcome.round == round
+        if outcome is None or outcome.round != round:  # aggregate_train sets it or raises
+            raise RuntimeError(f"round {round}: the strategy reported no outcome")
         self.cum_up += sum(outcome.bytes_up.values())
         self.cum_down += sum(outcome.bytes_down.values())
         rounds = self.experiment.train.rounds
@@ -206,7 +207,8 @@ class FlowerStar:
         )
         if evaluate:
             metrics = self.strategy.aggregate_evaluate(round, self._exchange(evaluate))
-            assert metrics is not None
+            if metrics is None:  # StarStrategy always returns a record
+                raise RuntimeError(f"round {round}: the strategy returned no evaluation")
             record["client_accuracy"] = float(metrics["accuracy"])
             record["client_loss"] = float(metrics["loss"])
             record["eval_bytes_down"] = int(metrics["bytes-down"])

@@ -106,7 +106,8 @@ def server(
 
     experiment = _flower_experiment(config, overrides, superlink, insecure, root_certificates)
     runtime = experiment.runtime
-    assert isinstance(runtime, FlowerRuntime)
+    if not isinstance(runtime, FlowerRuntime):  # _flower_experiment sets it
+        raise RuntimeError(f"expected a flower runtime, got {runtime.kind!r}")
     checkpoint = ""
     if resume is not None:
         from thinwire.server.checkpoint import find_checkpoint
@@ -193,7 +194,8 @@ def _submit(app_dir: Path, flwr_home: Path, runtime: FlowerRuntime) -> str:
         stderr=subprocess.STDOUT,
         text=True,
     )
-    assert process.stdout is not None
+    if process.stdout is None:  # stdout=PIPE always gives one
+        raise RuntimeError("flwr run started without an output pipe")
     try:
         for line in process.stdout:
             sys.stdout.write(line)

@@ -99,7 +99,8 @@ def local_steps_for(train: TrainConfig, n_examples: int) -> int:
         raise ValueError(f"a client needs at least one example, got {n_examples}")
     if train.local_steps is not None:
         return train.local_steps
-    assert train.local_epochs is not None  # the config sets exactly one of the two
+    if train.local_epochs is None:  # the config sets exactly one of the two
+        raise ValueError("train needs local_steps or local_epochs")
     return train.local_epochs * math.ceil(n_examples / train.batch_size)
 
 
