@@ -31,6 +31,7 @@ import torch
 
 from thinwire import statetree
 from thinwire.codecs.model import ModelCodec
+from thinwire.codecs.receive import check_bounded, norm_bound
 from thinwire.codecs.support import derive_seed
 from thinwire.config import Experiment
 from thinwire.learning import (
@@ -331,11 +332,34 @@ class NodeCore:
             parts.append(values.data.reshape(-1))
         return torch.cat(parts).to(self.workspace.device)
 
-    def received(self, sender: int, round: int, update: Update | None, size: int) -> Received:
-        """A `Received` for a full-vector message (or silence, when `update` is None)."""
+    def max_norm(self, reference: torch.Tensor) -> float:
+        """The largest l2 norm this node accepts in a message, given its model `reference`.
+
+        `aggregation.max_norm_ratio * max(||reference||, 1)`; see `thinwire.codecs.receive`.
+        """
+        return norm_bound(reference, self.experiment.aggregation.max_norm_ratio)
+
+    def received(
+        self,
+        sender: int,
+        round: int,
+        update: Update | None,
+        size: int,
+        *,
+        reference: torch.Tensor,
+    ) -> Received:
+        """A `Received` for a full-vector message (or silence, when `update` is None).
+
+        The vector must be finite and within `max_norm(reference)`, `reference` being this
+        node's model.
+
+        Raises:
+            WireError: for a model that is not dense fp32, or out of bounds (`BoundError`).
+        """
         if update is None:
             return Received(sender, round, None, _EMPTY, None, False, size)
         values = self.dense_values(update)
+        check_bounded({"model": values}, self.max_norm(reference), what="model")
         return Received(sender, round, update.kind, values, None, asks(update), size)
 
     def unpack(

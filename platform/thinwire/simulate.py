@@ -13,9 +13,10 @@ needs (a residual per client for error feedback) and not with model copies.
 
 Besides the core keys (`thinwire.metrics.CORE_KEYS`), a round's record holds `censored`
 (selected clients that stayed silent) and `reused` (silent clients whose last update the
-server averaged) for every policy; `slot_successes`, `slot_collisions` and `slot_idle` on a
-random-access uplink; and `epsilon` (the largest privacy spent by any client so far) with
-a `privacy` section.
+server averaged) for every policy, and `rejected` (updates the server refused: malformed,
+of the wrong form, claiming more examples than the client holds, or out of bounds);
+`slot_successes`, `slot_collisions` and `slot_idle` on a random-access uplink; and
+`epsilon` (the largest privacy spent by any client so far) with a `privacy` section.
 """
 
 from __future__ import annotations
@@ -77,11 +78,16 @@ def _run_star(
     on_round: Callable[[Record], None] | None,
 ) -> SimulationResult:
     workspace = federation.workspace
-    aggregator = Aggregator(experiment=experiment, workspace=workspace, initial=workspace.tensors())
     clients = [
         Client(index=i, experiment=experiment, x=x, y=y, workspace=workspace)
         for i, (x, y) in enumerate(federation.all_client_data())
     ]
+    aggregator = Aggregator(
+        experiment=experiment,
+        workspace=workspace,
+        initial=workspace.tensors(),
+        examples={c.index: int(c.x.shape[0]) for c in clients},
+    )
     channel = Channel(experiment.channel, len(clients))
     x_test, y_test = federation.test_data()
     outcomes: dict[int, bool] = {}

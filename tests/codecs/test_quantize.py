@@ -7,6 +7,7 @@ import torch
 
 from thinwire.codecs import cast, chain, qsgd, scaled_sign, top_k
 from thinwire.codecs import quantize as quantize_module
+from thinwire.wire import WireError
 from thinwire.wire.payload import QuantizedValues, RawValues, SignValues
 
 
@@ -193,10 +194,11 @@ def test_fp16_cpu_chunks(monkeypatch):
 def test_cast_rejects_unknown_dtypes_and_foreign_values():
     with pytest.raises(ValueError, match="'fp16' or 'bf16'"):
         cast("fp8")
+    # A foreign form is a sender's fault: WireError, the one error a decoder raises.
     quantizer = cast("fp16")
-    with pytest.raises(TypeError, match="RawValues"):
+    with pytest.raises(WireError, match=r"plain values, got sign\(bucket=0\)"):
         quantizer.dequantize(SignValues(torch.zeros(1, dtype=torch.bool), torch.ones(1), 0))
-    with pytest.raises(TypeError, match="QuantizedValues"):
+    with pytest.raises(WireError, match="quantized values, got fp32"):
         qsgd(2, seed=0).dequantize(RawValues(torch.zeros(1)))
-    with pytest.raises(TypeError, match="SignValues"):
+    with pytest.raises(WireError, match="sign values, got fp32"):
         scaled_sign().dequantize(RawValues(torch.zeros(1)))

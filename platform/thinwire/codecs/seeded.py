@@ -17,9 +17,13 @@ from typing import NamedTuple
 import torch
 
 from thinwire.codecs.base import CodecInfo, Selector
+from thinwire.codecs.forms import constant, seeded_form
 from thinwire.codecs.selection import check_density, count_for
 from thinwire.codecs.support import block_start, derive_seed, seeded_indices
 from thinwire.wire.payload import SeededSupport, SeedScheme, Support
+
+_RANDOM_K = constant(seeded_form(SeedScheme.RANDOM_K))
+_RANDOM_BLOCK = constant(seeded_form(SeedScheme.RANDOM_BLOCK))
 
 __all__ = ["RandomBlockState", "RandomKState", "random_block", "random_k"]
 
@@ -81,7 +85,7 @@ def random_k(density: float, *, seed: int, unbiased: bool = False) -> Selector:
     else:
         info = CodecInfo(unbiased=False, delta=lambda n: count_for(density, n) / n)
     name = f"random_k({density:g}{',unbiased' if unbiased else ''})"
-    return Selector(init, select, info, name=name)
+    return Selector(init, select, info, name=name, supports=_RANDOM_K)
 
 
 class RandomBlockState(NamedTuple):
@@ -138,4 +142,4 @@ def random_block(density: float, *, seed: int) -> Selector:
         return support, values, RandomBlockState(state.seed, state.step + 1)
 
     info = CodecInfo(unbiased=False, delta=lambda n: count_for(density, n) / n)
-    return Selector(init, select, info, name=f"random_block({density:g})")
+    return Selector(init, select, info, name=f"random_block({density:g})", supports=_RANDOM_BLOCK)

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 
 from thinwire.codecs.base import CodecInfo, EmptyState, Selector
+from thinwire.codecs.forms import kept_supports
 from thinwire.codecs.selection import (
     at_least,
     check_density,
@@ -43,6 +45,20 @@ def _sparse(y: torch.Tensor, indices: torch.Tensor) -> tuple[Support, torch.Tens
     if indices.numel() == y.numel():
         return DenseSupport(), y.clone()
     return SparseSupport(indices), y[indices]
+
+
+def _k_of_n(density: float) -> Callable[[int], frozenset[str]]:
+    # The supports of a selector that keeps count_for(density, n) coordinates.
+    def supports(n: int) -> frozenset[str]:
+        k = count_for(density, n)
+        return kept_supports(k, k, n)
+
+    return supports
+
+
+def _any_count(n: int) -> frozenset[str]:
+    # The supports of a selector that may keep anything from none to all n coordinates.
+    return kept_supports(0, n, n)
 
 
 def _top_k_info(density: float) -> CodecInfo:
@@ -84,7 +100,9 @@ def top_k(density: float) -> Selector:
         support, values = _sparse(y, exact_top_k(y, count_for(density, y.numel())))
         return support, values, state
 
-    return Selector(init, select, _top_k_info(density), name=f"top_k({density:g})")
+    return Selector(
+        init, select, _top_k_info(density), name=f"top_k({density:g})", supports=_k_of_n(density)
+    )
 
 
 def sampled_top_k(density: float, sample: float = 0.01) -> Selector:
@@ -129,7 +147,13 @@ def sampled_top_k(density: float, sample: float = 0.01) -> Selector:
         support, values = _sparse(y, sampled_top_k_indices(y, k, sample))
         return support, values, state
 
-    return Selector(init, select, _top_k_info(density), name=f"sampled_top_k({density:g})")
+    return Selector(
+        init,
+        select,
+        _top_k_info(density),
+        name=f"sampled_top_k({density:g})",
+        supports=_k_of_n(density),
+    )
 
 
 def threshold(lam: float) -> Selector:
@@ -171,7 +195,13 @@ def threshold(lam: float) -> Selector:
         support, values = _sparse(y, at_least(y, lam))
         return support, values, state
 
-    return Selector(init, select, CodecInfo(unbiased=False), name=f"threshold({lam:g})")
+    return Selector(
+        init,
+        select,
+        CodecInfo(unbiased=False),
+        name=f"threshold({lam:g})",
+        supports=_any_count,
+    )
 
 
 class RTopKState(NamedTuple):
@@ -234,7 +264,13 @@ def rtop_k(density: float, ratio: float = 4.0, *, seed: int) -> Selector:
         support, values = _sparse(y, top_r)
         return support, values, RTopKState(state.seed, state.step + 1)
 
-    return Selector(init, select, _top_k_info(density), name=f"rtop_k({density:g},{ratio:g})")
+    return Selector(
+        init,
+        select,
+        _top_k_info(density),
+        name=f"rtop_k({density:g},{ratio:g})",
+        supports=_k_of_n(density),
+    )
 
 
 class AdaptiveTopKState(NamedTuple):
@@ -318,5 +354,8 @@ def adaptive_top_k(
         new_average = decay * average + (1.0 - decay) * energy
         return support, values, AdaptiveTopKState(new_average, state.steps + 1)
 
+    def supports(n: int) -> frozenset[str]:
+        return kept_supports(count_for(min_density, n), count_for(max_density, n), n)
+
     info = CodecInfo(unbiased=False, delta=lambda n: count_for(min_density, n) / n)
-    return Selector(init, select, info, name=f"adaptive_top_k({density:g})")
+    return Selector(init, select, info, name=f"adaptive_top_k({density:g})", supports=supports)

@@ -10,6 +10,13 @@ Component choices (`kind: topk`, `kind: dirichlet`, ...) are tagged unions: each
 own model with only its own fields, so a setting that does not apply cannot be written.
 """
 
+from thinwire.config._aggregation import (
+    AggregationConfig,
+    AggregationRule,
+    MeanRule,
+    MedianRule,
+    TrimmedMeanRule,
+)
 from thinwire.config._base import (
     ConfigError,
     Density,
@@ -145,6 +152,8 @@ __all__ = [
     "Adam",
     "AdaptiveTopK",
     "AgeOfGradientRule",
+    "AggregationConfig",
+    "AggregationRule",
     "AlwaysAccessRule",
     "AlwaysSend",
     "Attempts",
@@ -175,8 +184,8 @@ __all__ = [
     "ExponentialTopology",
     "FILE_DATASETS",
     "Feedback",
-    "FlowerRuntime",
     "FixedBatch",
+    "FlowerRuntime",
     "GeometricBatch",
     "GeometricTau",
     "Gossip",
@@ -198,6 +207,8 @@ __all__ = [
     "MatchingTopology",
     "MatrixFileWeights",
     "MaxDegreeWeights",
+    "MeanRule",
+    "MedianRule",
     "MetropolisHastingsWeights",
     "Mixing",
     "ModelConfig",
@@ -249,6 +260,7 @@ __all__ = [
     "TorusTopology",
     "TrainConfig",
     "Transform",
+    "TrimmedMeanRule",
     "UniformAccessRule",
     "WaveletTransform",
     "apply_overrides",

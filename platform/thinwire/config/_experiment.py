@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
+from thinwire.config._aggregation import AggregationConfig, aggregation_problems
 from thinwire.config._base import Section
 from thinwire.config._codec import CodecConfig, SharedMask
 from thinwire.config._learning import MLP, DataConfig, ModelConfig, TrainConfig
@@ -52,6 +53,8 @@ class Experiment(Section):
     gossip: Gossip = ExactGossip()
     """What gossip peers exchange; applies to decentralized runs (see `decentralized`)."""
     channel: ChannelConfig = ChannelConfig()
+    aggregation: AggregationConfig = AggregationConfig()
+    """Bounds on received updates, and the star server's aggregation rule."""
     runtime: Runtime = SimulationRuntime()
     output: Path = Path("runs")
 
@@ -126,6 +129,17 @@ class Experiment(Section):
                 f"runtime.min_replies is {self.runtime.min_replies} but a round samples "
                 f"only {sampled} client(s) (train.participation * data.clients)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _aggregation_fits(self) -> Experiment:
+        problems = aggregation_problems(
+            self.aggregation,
+            decentralized=self.decentralized,
+            random_access=isinstance(self.policy, RandomAccessPolicy),
+        )
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     @model_validator(mode="after")
