@@ -367,6 +367,23 @@ class Aggregator:
         self._updates = {}
         return result
 
+    def abandon_round(self, reason: str) -> RoundResult:
+        """Closes the round without a step: the model stays, every update counts as refused.
+
+        For a runtime whose `finish_round` failed on the server's side; the downlink state
+        of the round's broadcast is kept, as clients have it.
+        """
+        refused = dict.fromkeys(self._accepted, reason) | self._rejected
+        self.state = self.state._replace(round=self._round)
+        self._updates, self._accepted, self._rejected = {}, [], {}
+        return RoundResult(
+            self._round,
+            [],
+            refused,
+            dict.fromkeys(refused, False),
+            silent=tuple(self._silent),
+        )
+
     def evaluate(self, x: torch.Tensor, y: torch.Tensor) -> Evaluation:
         """Test loss and accuracy of the global model."""
         self.workspace.load(self.state.model)

@@ -11,7 +11,8 @@
   without update bytes (a censored client, whose last update CSGD reuses, or one that kept
   its update back on a random-access uplink), counts error replies or missing ones as
   dropouts, and finishes with `Aggregator.finish_round`: slot arbitration on a random-access
-  uplink, then the average in client order (arrival order does not matter). Each client
+  uplink, each update decoded and bounded (a refused one is counted in `rejected` and the
+  round goes on), then the aggregate in client order (arrival order does not matter). Each client
   learns whether its update counted (its slot outcome) with its next train message. With fewer
   answers than `runtime.min_replies` it restores the server and raises `QuorumError`.
 - `configure_evaluate` / `aggregate_evaluate` measure the global model on the clients' own
@@ -201,7 +202,8 @@ class StarStrategy(Strategy):
                 f"within {self.settings.round_timeout_s:g} s; runtime.min_replies is "
                 f"{self.settings.min_replies}"
             )
-        result = self.aggregator.finish_round()
+        result = self._finish(server_round)
+        rejected.update(result.rejected)  # refused on arrival, or when decoded and bounded
         self.outcomes.update(result.delivered)
         self.outcomes.update({c: False for c in rejected if c not in trained})
         up = {c: len(r.update) for c, r in trained.items() if r.update is not None}
@@ -228,6 +230,20 @@ class StarStrategy(Strategy):
             }
         )
         return ArrayRecord({k: v.detach().cpu() for k, v in self.aggregator.model.items()}), metrics
+
+    def _finish(self, server_round: int) -> RoundResult:
+        """`Aggregator.finish_round`, which confines each client's update to itself.
+
+        Should the server's own step fail, the round closes with the model unchanged
+        instead of ending the run.
+        """
+        try:
+            return self.aggregator.finish_round()
+        except Exception as exc:
+            logger.exception(
+                "round %d: the server step failed; the model is unchanged", server_round
+            )
+            return self.aggregator.abandon_round(f"server step failed: {exc!r}")
 
     # ------------------------------------------------------------------ evaluation
 
