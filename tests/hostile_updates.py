@@ -76,6 +76,7 @@ CASES: dict[str, Hostile] = {
     ),
     "sign_to_topk": Hostile(TOPK, _encoded(SIGN), 10, "sign(bucket=0) values"),
     "dense_to_topk": Hostile(TOPK, _encoded(DENSE), 10, "dense support with fp32 values"),
+    "topk_1e30": Hostile(TOPK, _encoded(TOPK, 1e30), 10, "above this receiver's bound"),
     "sign_scale_1.7e38": Hostile(SIGN, _huge_sign_scale, 10, "above this receiver's bound"),
     "dense_3e38_examples_2**40": Hostile(DENSE, _encoded(DENSE, 3e38), 2.0**40, "num_examples"),
     "dense_3e38": Hostile(DENSE, _encoded(DENSE, 3e38), 10, "above this receiver's bound"),
