@@ -14,9 +14,11 @@ import torch
 from hostile_updates import CASES, hostile_bytes
 from star_helpers import tiny_experiment
 
+from thinwire.clients import Client
 from thinwire.codecs.model import ModelCodec
 from thinwire.learning import load_federation
 from thinwire.server import Aggregator
+from thinwire.simulate import simulate
 from thinwire.wire import Kind, Update, client_id, encode
 
 HOSTILE = 3
@@ -142,3 +144,23 @@ def test_a_step_that_would_overflow_the_model_is_not_taken() -> None:
     assert result.accepted == [0]
     assert all(torch.equal(aggregator.model[k], before[k]) for k in before)
     assert aggregator.state.round == 1
+
+
+@pytest.mark.parametrize("case", ["qsgd_to_topk", "topk_1e30"])
+def test_the_simulator_counts_a_hostile_clients_update_in_the_rejected_column(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    experiment = tiny_experiment(codec=CASES[case].server_codec, train={"rounds": 3})
+    honest = Client.train_round
+
+    def train_round(self: Client, downlink: bytes, round: int, *, delivered):
+        result = honest(self, downlink, round, delivered=delivered)
+        if self.index != HOSTILE:
+            return result
+        return result._replace(data=hostile_bytes(case, self.uplink.wire_spec, HOSTILE, round))
+
+    monkeypatch.setattr(Client, "train_round", train_round)
+    run = simulate(experiment)
+    assert [r["rejected"] for r in run.records] == [1, 1, 1]
+    assert [r["updates_sent"] for r in run.records] == [4, 4, 4]
+    assert finite(run.model)
