@@ -80,3 +80,29 @@ def test_a_hostile_clients_update_is_refused_and_the_run_finishes(case: str) -> 
     final = result.arrays.to_torch_state_dict()
     assert all(bool(torch.isfinite(v).all()) for v in final.values())
     assert any(not torch.equal(final[k], v) for k, v in workspace.tensors().items())
+
+
+def test_a_failing_server_step_closes_the_round_without_ending_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    exp = experiment(CASES["dense_to_topk"].server_codec)
+    workspace = load_federation(exp).workspace
+    aggregator = Aggregator(experiment=exp, workspace=workspace, initial=workspace.tensors())
+    strategy = StarStrategy(experiment=exp, aggregator=aggregator)
+    run_config = {"experiment": yaml.safe_dump(exp.model_dump(mode="json")), "run-dir": ""}
+    grid = LocalGrid({**run_config, "resume": ""}, 3)
+    finish = Aggregator.finish_round
+
+    def failing_in_round_1(self: Aggregator):
+        if self._round == 1:
+            raise RuntimeError("a bug in the server step")
+        return finish(self)
+
+    monkeypatch.setattr(Aggregator, "finish_round", failing_in_round_1)
+    initial = ArrayRecord(workspace.tensors())
+    result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=ROUNDS, timeout=10)
+    assert result.train_metrics_clientapp[1]["rejected"] == 3
+    assert result.train_metrics_clientapp[2]["rejected"] == 0
+    assert aggregator.state.round == ROUNDS
+    final = result.arrays.to_torch_state_dict()
+    assert any(not torch.equal(final[k], v) for k, v in workspace.tensors().items())
