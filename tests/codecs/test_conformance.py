@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from thinwire.codecs import build, kinds, with_error_feedback
+from thinwire.codecs.forms import check_forms
 from thinwire.config import CodecConfig
 
 TOPK = {"kind": "topk", "density": 0.1}
@@ -167,3 +168,18 @@ def test_error_is_within_the_stated_bound(entry, device):
         assert mean <= info.omega(n) * energy * 1.02
     else:  # threshold (absolute bound) and casts (relative rounding)
         assert mean <= max(n * 1.5**2, 2.0**-16 * energy)
+
+
+@pytest.mark.parametrize("shape", [(1,), (3,), (7, 9), SHAPE])
+@pytest.mark.parametrize("entry", TABLE)
+def test_every_codec_declares_the_payload_forms_it_sends(entry, shape):
+    # Receivers refuse any other form before decoding, so an honest sender must never
+    # produce one its codec does not declare (at any tensor size: a top-k of a tiny tensor
+    # keeps every coordinate and goes dense).
+    codec = codec_for(entry)
+    forms = codec.forms(shape)
+    assert forms.supports is not None and forms.values is not None
+    g = torch.Generator().manual_seed(3)
+    for x in (torch.randn(shape, generator=g), torch.full(shape, 2.0), torch.zeros(shape)):
+        payload, _ = codec.encode(x, codec.init(x))
+        check_forms({"t": payload}, {"t": forms})

@@ -202,3 +202,13 @@ def test_cast_rejects_unknown_dtypes_and_foreign_values():
         qsgd(2, seed=0).dequantize(RawValues(torch.zeros(1)))
     with pytest.raises(WireError, match="sign values, got fp32"):
         scaled_sign().dequantize(RawValues(torch.zeros(1)))
+
+
+def test_scaled_sign_decodes_every_finite_scale_without_overflow():
+    # s - 2 s [negative] overflowed to -inf for s >= 2**127 (about 1.7e38); +-s never does.
+    top = torch.finfo(torch.float32).max
+    scales = torch.tensor([1.7e38, top, 1e-45])
+    negative = torch.tensor([True, False, True, True, False, True])
+    decoded = scaled_sign(bucket=2).dequantize(SignValues(negative, scales, 2))
+    expected = torch.tensor([-1.7e38, 1.7e38, -top, -top, 1e-45, -1e-45])
+    assert torch.equal(decoded, expected)
