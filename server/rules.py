@@ -50,8 +50,10 @@ def weighted_sum(contributions: Sequence[Contribution]) -> dict[str, torch.Tenso
     total: dict[str, torch.Tensor] = {}
     for delta, weight in contributions:
         for name, v in delta.items():
-            term = v.double() * weight
-            total[name] = total[name] + term if name in total else term
+            if name not in total:
+                total[name] = torch.zeros(v.shape, dtype=torch.float64, device=v.device)
+            # In place, the float32 update read as float64: no temporary the model's size.
+            total[name].add_(v, alpha=weight)
     return total
 
 
