@@ -14,6 +14,13 @@ through, as in optax's gradient transformations. `chain` validates the order and
 `Codec`; cross-cutting behaviour such as error feedback wraps a `Codec` and returns a `Codec`
 (`thinwire.codecs.feedback`), it is never a flag on a stage.
 
+A selector declares the supports it emits (`supports(n)`, by domain size: a top-k of a
+tensor smaller than 1 / density keeps every coordinate and goes dense) and a quantizer its
+values form (`thinwire.codecs.forms`); the chained codec's `forms(shape)` is what a receiver
+accepts, checked before decode runs. A stage that declares nothing (a plugin's) lets any
+form through to its own decoder, which must then refuse what it cannot read with a
+`WireError`.
+
 Example:
     >>> import torch
     >>> from thinwire.codecs import chain, top_k, cast
