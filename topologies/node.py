@@ -15,7 +15,8 @@ calls `open(sender, round, data) -> Received` itself and passes `Received` value
 The concrete methods (`DPSGDNode`, `ChocoNode` for CHOCO and SPARQ, `JwinsNode`) share the
 `NodeCore` below by composition: the node's data and id, the workspace it trains in, the
 graph schedule, the dense model codec, and the checks every message gets (sender, round,
-spec, payload types). Everything that changes between rounds lives in the node's `state`, a
+spec, payload types, and values finite and within `aggregation.max_norm_ratio` of the
+node's own model norm). Everything that changes between rounds lives in the node's `state`, a
 NamedTuple, which `state_dict` / `load_state_dict` turn into a checkpoint and back.
 """
 
