@@ -53,6 +53,8 @@ class GossipSimulation(NamedTuple):
     model: dict[str, torch.Tensor]  # the final average model x_bar, named
     models: list[torch.Tensor]  # each node's final model, flat (d,) float32
     reports: list[list[NodeReport]]  # per round, per node
+    input_shape: tuple[int, ...]  # one example's shape: with `num_classes`, rebuilds the model
+    num_classes: int
 
 
 def average_model(vectors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -166,4 +168,7 @@ def simulate_gossip(
             on_round(record)
     final = [node.vector().clone() for node in nodes]
     model = unflatten(average_model(final), workspace.zeros())
-    return GossipSimulation(records, model, final, history)
+    dataset = federation.dataset
+    return GossipSimulation(
+        records, model, final, history, dataset.input_shape, dataset.num_classes
+    )

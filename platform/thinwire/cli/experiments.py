@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 import yaml
@@ -20,49 +20,51 @@ from thinwire.cli._app import (
     load,
     run_table,
 )
+from thinwire.config import ConfigError
 
 __all__ = ["compare", "run", "validate"]
 
 
 @app.command()
 def run(
-    config: ConfigArg,
+    config: Annotated[
+        Path | None, typer.Argument(help="Experiment YAML file.", show_default=False)
+    ] = None,
     overrides: SetOpt = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    resume: Annotated[
+        Path | None,
+        typer.Option(help="Continue this run folder from its last checkpoint.", show_default=False),
+    ] = None,
+    tensorboard: Annotated[
+        bool, typer.Option(help="Also log every round for TensorBoard (RUNDIR/tensorboard).")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
 ) -> None:
-    """Run an experiment in simulation and write its run folder."""
-    from thinwire.metrics import RoundProgress, RunRecorder
-    from thinwire.simulate import simulate
+    """Run an experiment in simulation and write its run folder.
 
-    experiment = load(config, overrides)
-    if experiment.runtime.kind != "simulation":
-        fail(
-            f"{config}: runtime.kind is {experiment.runtime.kind!r}; `thinwire run` simulates. "
-            "Use `thinwire server` for a Flower deployment or `thinwire peer` for gossip peers."
-        )
-    recorder = RunRecorder(experiment)
-    enabled = not quiet and sys.stderr.isatty()
-    with (
-        recorder,
-        RoundProgress(
-            experiment.train.rounds, description=experiment.name, enabled=enabled
-        ) as progress,
-    ):
+    On a terminal a progress bar shows the live round; elsewhere (nohup, a batch system)
+    each round prints one line.
+    """
+    from thinwire.runner import resume_run, run_experiment
 
-        def on_round(record: dict[str, float | int]) -> None:
-            recorder.add(record)
-            progress.update(record)
-
-        if experiment.decentralized:
-            from thinwire.topologies.reports import NodeLog
-            from thinwire.topologies.simulation import simulate_gossip
-
-            with NodeLog(recorder.dir / "nodes.jsonl") as nodes:
-                simulate_gossip(experiment, on_round=on_round, on_node=nodes.write)
+    mode: Literal["bar", "lines", "off"] = (
+        "off" if quiet else "bar" if sys.stderr.isatty() else "lines"
+    )
+    try:
+        if resume is not None:
+            if config is not None or overrides:
+                fail("--resume continues a run folder as it was configured: give no file or --set")
+            outcome = resume_run(resume, progress=mode, tensorboard=tensorboard)
+        elif config is None:
+            fail("give an experiment file, or --resume RUNDIR")
         else:
-            simulate(experiment, on_round=on_round)
-    summary = recorder.close()
-    console.print(run_table(f"{experiment.name} ({recorder.dir})", summary))
+            outcome = run_experiment(
+                load(config, overrides), progress=mode, tensorboard=tensorboard
+            )
+    except (ConfigError, ValueError, ImportError, FileNotFoundError) as exc:
+        fail(str(exc))
+    name = yaml.safe_load((outcome.dir / "config.yaml").read_text())["name"]
+    console.print(run_table(f"{name} ({outcome.dir})", outcome.summary))
 
 
 @app.command()

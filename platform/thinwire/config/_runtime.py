@@ -27,6 +27,8 @@ class SimulationRuntime(Section):
     """Every role in one process."""
 
     kind: Literal["simulation"] = "simulation"
+    checkpoint_every: Annotated[int, Field(ge=0)] = 0
+    """Save the whole run's state every this many rounds, for `thinwire run --resume`; 0 never."""
 
 
 _ADDRESS = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})")
