@@ -81,7 +81,10 @@ def latest_checkpoint(folder: Path) -> tuple[Path, int] | None:
 
 
 def save_simulation_checkpoint(path: Path, name: str, checkpoint: SimulationCheckpoint) -> None:
-    """Writes `checkpoint` atomically (a crash mid-write leaves the previous one intact)."""
+    """Writes `checkpoint` atomically, then removes the older ones in its folder.
+
+    A crash mid-write leaves the previous checkpoint intact.
+    """
     contents: dict[str, Any] = {
         "format": _FORMAT,
         "version": _VERSION,
@@ -98,6 +101,9 @@ def save_simulation_checkpoint(path: Path, name: str, checkpoint: SimulationChec
     partial = path.with_name(path.name + ".partial")
     torch.save(contents, partial)
     os.replace(partial, path)
+    for older in path.parent.glob("round-*.pt"):  # a resume needs the newest one only
+        if older != path:
+            older.unlink()
 
 
 def load_simulation_checkpoint(
