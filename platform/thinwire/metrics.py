@@ -23,7 +23,7 @@ import datetime as _dt
 import json
 import math
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -38,12 +38,9 @@ __all__ = [
     "Record",
     "RoundProgress",
     "RunRecorder",
-    "compare_runs",
     "format_bytes",
     "load_records",
     "new_run_dir",
-    "plot_comparison",
-    "plot_run",
     "round_line",
     "summarize",
 ]
@@ -181,6 +178,8 @@ class RunRecorder:
             writer.writerows(self.records)
         summary = self._write_summary(status, error)
         if self.records:
+            from thinwire.plots import plot_run  # matplotlib loads only when a run ends
+
             plot_run(self.records, self.dir / "curves.png", title=self.experiment.name)
         return summary
 
@@ -224,63 +223,6 @@ def load_records(run_dir: str | Path) -> list[Record]:
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a thinwire run folder (no metrics.jsonl)")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _series(records: Sequence[Mapping[str, float]], x_key: str) -> tuple[list[float], list[float]]:
-    pairs = [
-        (float(r[x_key]), float(r["accuracy"]))
-        for r in records
-        if not math.isnan(float(r.get("accuracy", math.nan)))
-    ]
-    return [p[0] for p in pairs], [p[1] for p in pairs]
-
-
-def plot_comparison(
-    runs: Mapping[str, Sequence[Mapping[str, float]]], path: Path, *, title: str = ""
-) -> None:
-    """Accuracy against rounds and against cumulative uplink bytes (log scale), per run."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (by_round, by_bytes) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for label, records in runs.items():
-        by_round.plot(*_series(records, "round"), label=label, marker=".", markersize=3)
-        xs, ys = _series(records, "cum_bytes_up")
-        if any(x > 0 for x in xs):
-            by_bytes.plot(xs, ys, label=label, marker=".", markersize=3)
-    by_round.set_xlabel("round")
-    by_bytes.set_xlabel("cumulative uplink bytes")
-    by_bytes.set_xscale("log")
-    for ax in (by_round, by_bytes):
-        ax.set_ylabel("test accuracy")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def plot_run(records: Sequence[Mapping[str, float]], path: Path, *, title: str = "") -> None:
-    """The two accuracy curves of one run."""
-    plot_comparison({title or "run": records}, path, title=title)
-
-
-def compare_runs(
-    run_dirs: Iterable[str | Path],
-) -> tuple[dict[str, list[Record]], list[dict[str, Any]]]:
-    """Loads several run folders; returns their records by name and one summary row each."""
-    runs: dict[str, list[Record]] = {}
-    rows: list[dict[str, Any]] = []
-    for run_dir in run_dirs:
-        name = Path(run_dir).name
-        records = load_records(run_dir)
-        runs[name] = records
-        rows.append({"run": name, **summarize(records)})
-    return runs, rows
 
 
 class RoundProgress:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -43,8 +44,11 @@ def run_experiment(
     run_dir: Path | None = None,
     progress: ProgressMode = "off",
     tensorboard: bool = False,
+    on_round: Callable[[Record], None] | None = None,
 ) -> RunOutcome:
     """Simulates `experiment` into a run folder (a fresh one unless `run_dir` is given).
+
+    `on_round` is called with each round's record after it is written (a sweep's view).
 
     Raises:
         ValueError: the experiment is not a simulation.
@@ -57,7 +61,7 @@ def run_experiment(
             f"runtime.kind is {experiment.runtime.kind!r}; `thinwire run` simulates. Use "
             "`thinwire server` for a Flower deployment or `thinwire peer` for gossip peers."
         )
-    return _run(experiment, run_dir, None, None, progress, tensorboard)
+    return _run(experiment, run_dir, None, None, progress, tensorboard, on_round)
 
 
 def resume_run(
@@ -101,6 +105,7 @@ def _run(
     checkpoint: Path | None,
     progress: ProgressMode,
     tensorboard: bool,
+    listener: Callable[[Record], None] | None = None,
 ) -> RunOutcome:
     board = None
     recorder = RunRecorder(experiment, run_dir=run_dir, keep_rounds=keep_rounds)
@@ -115,6 +120,8 @@ def _run(
                 bar.update(record)
                 if board is not None:
                     board(record)
+                if listener is not None:
+                    listener(record)
 
             try:
                 model, shape, classes = _simulate(experiment, recorder.dir, checkpoint, on_round)
@@ -123,6 +130,7 @@ def _run(
                     board.close()
         save_model(recorder.dir, model, experiment.model, shape, classes)
         summary = recorder.close()
+    shutil.rmtree(recorder.dir / "checkpoints", ignore_errors=True)  # only a resume reads them
     return RunOutcome(recorder.dir, summary)
 
 
