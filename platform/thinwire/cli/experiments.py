@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 
 import typer
 import yaml
+from rich.console import Console
 
 from thinwire.cli._app import (
     ConfigArg,
@@ -154,3 +155,38 @@ def validate(config: ConfigArg, overrides: SetOpt = None) -> None:
     """Check an experiment file and print it with every default filled in."""
     experiment = load(config, overrides)
     console.print(yaml.safe_dump(experiment.model_dump(mode="json"), sort_keys=False), end="")
+
+
+@app.command()
+def schema(
+    field: Annotated[
+        str | None,
+        typer.Argument(help="A dotted field or section, e.g. codec.select.", show_default=False),
+    ] = None,
+    markdown: Annotated[
+        bool, typer.Option(help="Print the whole reference as Markdown (the docs page).")
+    ] = False,
+) -> None:
+    """Explain the experiment file: every field's type, default, range and meaning."""
+    from rich.table import Table
+
+    from thinwire.reference import find, reference_markdown, sections
+
+    if markdown:
+        sys.stdout.write(reference_markdown())
+        return
+    try:
+        shown = find(field) if field else sections()
+    except KeyError as exc:
+        fail(str(exc.args[0]))
+    wide = Console(width=max(console.width, 140))
+    for section in shown:
+        title = section.path or "top level"
+        if section.kind is not None:
+            title += f" (kind: {section.kind})"
+        table = Table(title=f"{title}: {section.doc}", title_justify="left", show_lines=False)
+        for column in ("field", "type", "default", "range", "meaning"):
+            table.add_column(column, overflow="fold")
+        for entry in section.entries:
+            table.add_row(entry.path, entry.type, entry.default, entry.range, entry.doc)
+        wide.print(table)
