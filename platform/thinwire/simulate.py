@@ -36,7 +36,7 @@ import torch
 from thinwire.channel import Channel
 from thinwire.clients import Client, ClientState
 from thinwire.config import Experiment
-from thinwire.learning import Federation, load_federation
+from thinwire.learning import Federation, load_federation, simulation_threads, torch_threads
 from thinwire.metrics import Record
 from thinwire.privacy import EPSILON_METRIC
 from thinwire.server import Aggregator, sample_clients
@@ -91,6 +91,19 @@ def simulate(
         ValueError: `resume` does not fit the experiment, or checkpoints of a gossip run
             are asked for (gossip peers checkpoint on their own: `thinwire peer`).
     """
+    threads = simulation_threads(experiment)
+    logger.info("%s: %d torch thread(s)", experiment.name, threads)
+    with torch_threads(threads):
+        return _simulate(experiment, on_round, on_node, checkpoints, resume)
+
+
+def _simulate(
+    experiment: Experiment,
+    on_round: Callable[[Record], None] | None,
+    on_node: Callable[[NodeReport], None] | None,
+    checkpoints: Path | None,
+    resume: Path | None,
+) -> SimulationResult:
     if experiment.decentralized:
         if resume is not None or (checkpoints is not None and _every(experiment)):
             raise ValueError(

@@ -194,6 +194,9 @@ class TrainConfig(Section):
     server: ServerStep = ServerStep()
     eval_every: PositiveInt = 1
     device: Device = "auto"
+    threads: PositiveInt | None = None
+    """CPU threads of a simulated run; None chooses: one for small models (cheaper, as fast),
+    all the process may use for large ones (`thinwire.learning.threads`)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -11,6 +11,7 @@
 - `Workspace` / `load_federation`: one model on a device shared by a process's roles, and
   a run's data, partitions and initial model set up from its config.
 - `save_model` / `load_saved_model`: a run's final model in its run folder, and back.
+- `simulation_threads` / `torch_threads`: the CPU threads a simulated run uses.
 - `learning_rate`: the per-round schedule. `resolve_device`: the config's device string.
 
 Example:
@@ -41,6 +42,7 @@ from thinwire.learning.partition import client_indices, partition
 from thinwire.learning.private import train_private
 from thinwire.learning.saved import load_saved_model, save_model
 from thinwire.learning.schedule import learning_rate
+from thinwire.learning.threads import simulation_threads, torch_threads
 from thinwire.learning.train import (
     Evaluation,
     TrainStats,
@@ -79,8 +81,10 @@ __all__ = [
     "partition",
     "resolve_device",
     "save_model",
+    "simulation_threads",
     "state_delta",
     "tensor_specs",
+    "torch_threads",
     "train_local",
     "train_private",
     "train_steps",
