@@ -43,7 +43,13 @@ from thinwire.topologies.node import GossipNode
 from thinwire.topologies.reports import NodeReport
 from thinwire.topologies.schedule import GraphSchedule
 
-__all__ = ["GossipSimulation", "average_model", "consensus_distance", "simulate_gossip"]
+__all__ = [
+    "GossipSimulation",
+    "average_model",
+    "consensus_distance",
+    "network_s",
+    "simulate_gossip",
+]
 
 
 class GossipSimulation(NamedTuple):
@@ -70,7 +76,8 @@ def consensus_distance(vectors: Sequence[torch.Tensor]) -> float:
     return float((stacked - stacked.mean(dim=0)).square().sum(dim=1).mean())
 
 
-def _network_s(channel: Channel, reports: Sequence[NodeReport]) -> float:
+def network_s(channel: Channel, reports: Sequence[NodeReport]) -> float:
+    """Simulated network time of a round: the slowest node's pushes or receipts."""
     times = [0.0]
     for report in reports:
         sent, received = report.bytes_sent, report.bytes_received
@@ -150,7 +157,7 @@ def simulate_gossip(
             "cum_bytes_up": cum_up,
             "cum_bytes_down": cum_down,
             "updates_sent": sum(1 for r in reports for n in r.sent.values() if n),
-            "sim_time_s": _network_s(channel, reports),
+            "sim_time_s": network_s(channel, reports),
             "compute_s": max(r.compute_s for r in reports),
             "wall_s": time.perf_counter() - start,
             "consensus_distance": consensus_distance(vectors),
