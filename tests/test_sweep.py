@@ -102,6 +102,7 @@ def test_parallel_runs_give_the_records_of_serial_ones(tmp_path):
     assert [p["name"] for p in plan["points"]] == [p.name for p in points]
 
 
+@pytest.mark.slow
 def test_the_command_line_runs_seeds_times_a_grid_and_compares_them(tmp_path):
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump({**BASE, "output": str(tmp_path / "runs")}))

@@ -23,7 +23,7 @@ import datetime as _dt
 import json
 import math
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -124,7 +124,6 @@ class RunRecorder:
         *,
         run_dir: Path | None = None,
         keep_rounds: int | None = None,
-        on_record: Callable[[Mapping[str, float | int]], None] | None = None,
     ) -> None:
         """Opens a run folder for writing.
 
@@ -134,12 +133,10 @@ class RunRecorder:
             keep_rounds: continue an existing folder (a resumed run): its records up to
                 and including this round are kept, later ones dropped, and its
                 `config.yaml` is left as it is.
-            on_record: also called with every record (a TensorBoard writer, say).
         """
         self.experiment = experiment
         self.dir = run_dir or new_run_dir(Path(experiment.output), experiment.name)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._on_record = on_record
         jsonl = self.dir / "metrics.jsonl"
         if keep_rounds is None:
             self.records: list[Record] = []
@@ -162,8 +159,6 @@ class RunRecorder:
         self.records.append(dict(record))
         self._jsonl.write(json.dumps(record, allow_nan=True) + "\n")
         self._jsonl.flush()
-        if self._on_record is not None:
-            self._on_record(record)
 
     def close(self) -> dict[str, float]:
         """Marks the run finished; writes the CSV, the summary and the plot; returns the summary."""

@@ -2,8 +2,9 @@
 
 `thinwire run` and every point of a sweep call `run_experiment`; `thinwire run --resume`
 calls `resume_run`. Both leave the same folder (`thinwire.metrics.RunRecorder`): records,
-summary with the run's status, curves, checkpoints under `checkpoints/` when
-`runtime.checkpoint_every` is set, and the final model (`model.pt` beside `model.yaml`).
+summary with the run's status, curves, the final model (`model.pt` beside `model.yaml`),
+and while it runs, with `runtime.checkpoint_every` set, its latest checkpoint under
+`checkpoints/` (removed once the run has finished: only a resume reads it).
 """
 
 from __future__ import annotations
@@ -54,9 +55,7 @@ def run_experiment(
         ValueError: the experiment is not a simulation.
         Exception: whatever stopped the run; its folder then says `failed` and why.
     """
-    if experiment.runtime.kind not in ("simulation", "gossip") or (
-        experiment.runtime.kind == "gossip" and not experiment.decentralized
-    ):
+    if experiment.runtime.kind != "simulation":
         raise ValueError(
             f"runtime.kind is {experiment.runtime.kind!r}; `thinwire run` simulates. Use "
             "`thinwire server` for a Flower deployment or `thinwire peer` for gossip peers."
