@@ -135,7 +135,13 @@ def test_set_overrides_name_the_run_unless_a_name_is_given(tmp_path):
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump({**BASE, "output": str(tmp_path / "runs")}))
     runner = CliRunner()
-    assert runner.invoke(app, ["run", str(path), "-q", "--set", "train.lr=0.2"]).exit_code == 0
+    where = f"output={tmp_path / 'runs'}"
+    assert (
+        runner.invoke(
+            app, ["run", str(path), "-q", "--set", "train.lr=0.2", "--set", where]
+        ).exit_code
+        == 0
+    )
     assert (
         runner.invoke(
             app, ["run", str(path), "-q", "--set", "train.lr=0.2", "--name", "mine"]

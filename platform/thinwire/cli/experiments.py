@@ -151,9 +151,9 @@ def _run_sweep(
 
 
 @app.command()
-def validate(config: ConfigArg, overrides: SetOpt = None) -> None:
+def validate(config: ConfigArg, overrides: SetOpt = None, unset: UnsetOpt = None) -> None:
     """Check an experiment file and print it with every default filled in."""
-    experiment = load(config, overrides)
+    experiment = load(config, overrides, unset)
     console.print(yaml.safe_dump(experiment.model_dump(mode="json"), sort_keys=False), end="")
 
 

@@ -87,8 +87,13 @@ def parse_sweep_options(items: Sequence[str]) -> dict[str, list[Any]]:
 
 
 def override_name(name: str, settings: Mapping[str, Any]) -> str:
-    """`name` extended by each setting: `quickstart-density_0.001-optimizer_adam`."""
-    parts = [name] + [f"{_label(k)}_{_text(v)}" for k, v in settings.items()]
+    """`name` extended by each setting: `quickstart-density_0.001-optimizer_adam`.
+
+    Where the run folder goes (`output`) does not set a run apart and is left out.
+    """
+    parts = [name] + [
+        f"{_label(k)}_{_text(v)}" for k, v in settings.items() if k.split(".")[0] != "output"
+    ]
     full = "-".join(parts)
     if len(full) <= _NAME_LIMIT:
         return full
