@@ -77,3 +77,7 @@ def test_malformed_overrides_say_what_form_is_expected(path):
         load_config(path, ["model.hidden[0]=1"])
     with pytest.raises(ConfigError, match="train.rounds is a value, not a section"):
         load_config(path, ["train.rounds.x=1"])
+
+
+def test_unset_removes_a_list_item(path):
+    assert load_config(path, unset=["model.hidden.0"]).model.hidden == [32]

@@ -9,8 +9,9 @@ An override edits the document before validation, the way a user would edit the 
 - `model.hidden.0=128` indexes a list (the schema's default list when the file has none).
 - `runtime.checkpoint_every=5` in a file without a `runtime` section starts from the
   default section's kind (`simulation`), as if the file had spelled it out.
-- `--unset codec`, or `codec=null` for a field that cannot be null, removes the key, so
-  the default applies; `privacy=null` sets null where null means "none" (privacy off).
+- `--unset codec` (or a list item, `--unset model.hidden.1`), or `codec=null` for a field
+  that cannot be null, removes the key, so the default applies; `privacy=null` sets null
+  where null means "none" (privacy off).
 """
 
 from __future__ import annotations
@@ -146,11 +147,17 @@ def _index(node: list[Any], part: str, item: str) -> int:
 def _remove(raw: dict[str, Any], parts: list[str]) -> None:
     node: Any = raw
     for part in parts[:-1]:
-        node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            node = node.get(part) if isinstance(node, dict) else None
         if node is None:
             return  # nothing there: already the default
+    last = parts[-1]
     if isinstance(node, dict):
-        node.pop(parts[-1], None)
+        node.pop(last, None)
+    elif isinstance(node, list) and last.isdigit() and int(last) < len(node):
+        del node[int(last)]
 
 
 # --- what the schema says about a path -------------------------------------------------
