@@ -169,7 +169,7 @@ def _type(annotation: Any) -> str:
         return f"{_type(inner)} ({bound})" if bound else _type(inner)
     if origin in (typing.Union, types.UnionType):
         models = _models(annotation)
-        rest = [m for m in _members(annotation) if m not in models]
+        rest = [_plain(a) for a in typing.get_args(annotation) if not _models(a)]
         parts = [_type(m) for m in rest]
         if len(models) > 1 or (models and _kind(models[0]) is not None):
             parts.insert(0, "section, kind " + " | ".join(str(_kind(m)) for m in models))
@@ -194,6 +194,13 @@ def _type(annotation: Any) -> str:
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
         return " | ".join(str(v.value) for v in annotation)
     return getattr(annotation, "__name__", str(annotation))
+
+
+def _plain(annotation: Any) -> Any:
+    """The annotation without its constraints (they go to the range column)."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        return typing.get_args(annotation)[0]
+    return annotation
 
 
 def _bounds(metadata: Sequence[Any]) -> str:
@@ -238,7 +245,14 @@ def _number(value: Any) -> str:
 
 
 def _range(field: FieldInfo) -> str:
-    return _bounds(field.metadata)
+    """The field's constraints; for an optional value, those of the value."""
+    bounds = _bounds(field.metadata)
+    if bounds or typing.get_origin(field.annotation) not in (typing.Union, types.UnionType):
+        return bounds
+    for arg in typing.get_args(field.annotation):
+        if typing.get_origin(arg) is typing.Annotated:
+            return _bounds(typing.get_args(arg)[1:])
+    return ""
 
 
 def _default(field: FieldInfo) -> str:

@@ -39,7 +39,9 @@ class Experiment(Section):
     """One experiment: everything `thinwire run` needs."""
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)]
+    """Names the run and its folder (`<output>/<name>-<timestamp>`)."""
     seed: Annotated[int, Field(ge=0, lt=2**63)] = 0
+    """Seeds everything random: split, model, batches, sampling, codecs, noise."""
     data: DataConfig = DataConfig()
     model: ModelConfig = MLP()
     train: TrainConfig = TrainConfig()
@@ -55,6 +57,7 @@ class Experiment(Section):
     channel: ChannelConfig = ChannelConfig()
     runtime: Runtime = SimulationRuntime()
     output: Path = Path("runs")
+    """Folder that receives the run folders."""
     seeds: list[Annotated[int, Field(ge=0, lt=2**63)]] | None = None
     """Repeat the run once per seed, in one sweep folder (`thinwire run`); None: `seed` only."""
     sweep: dict[str, Annotated[list[Any], Field(min_length=1)]] | None = None
