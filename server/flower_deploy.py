@@ -33,7 +33,9 @@ from thinwire.server.flower_messages import (
     RUN_DIR,
     RUN_EXPERIMENT,
     RUN_RESUME,
+    read_run_config,
 )
+from thinwire.server.flower_run_config import field_keys
 
 __all__ = [
     "CLIENT_APP",
@@ -168,6 +170,19 @@ def _toml_string(text: str) -> str:
     return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
+def _field_lines(experiment: Experiment) -> str:
+    lines = []
+    for key, value in field_keys(experiment).items():
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, int | float):
+            text = repr(value)
+        else:
+            text = _toml_string(value)
+        lines.append(f"{_toml_string(key)} = {text}")
+    return "\n".join(lines)
+
+
 def write_app(
     folder: Path,
     *,
@@ -217,10 +232,14 @@ clientapp = {_toml_string(clientapp)}
 {RUN_EXPERIMENT} = {_toml_string(text)}
 {RUN_DIR} = {_toml_string(run_dir)}
 {RUN_RESUME} = {_toml_string(resume)}
+# Every field on its own, so `flwr run -c 'train.rounds=10'` changes just that field:
+{_field_lines(experiment)}
 """
     parsed = tomllib.loads(pyproject)["tool"]["flwr"]["app"]["config"]
     if parsed[RUN_EXPERIMENT] != text:
         raise ValueError("the experiment YAML does not survive TOML quoting")
+    if read_run_config(parsed).experiment != experiment:
+        raise ValueError("the experiment's field keys do not read back as the experiment")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "pyproject.toml"
     path.write_text(pyproject)

@@ -38,6 +38,7 @@ from flwr.app import (
 )
 
 from thinwire.config import ConfigError, Experiment, parse_config
+from thinwire.server.flower_run_config import apply_field_keys
 from thinwire.wire import WireError
 
 __all__ = [
@@ -143,6 +144,9 @@ class RunSettings(NamedTuple):
 def read_run_config(run_config: Mapping[str, Any]) -> RunSettings:
     """Parses a run config written by `thinwire server` (or edited for `flwr run`).
 
+    Field keys (`train.rounds`, see `thinwire.server.flower_run_config`) that differ from
+    the experiment YAML override it.
+
     Raises:
         ValueError: if a key is missing or not a string (naming it).
         ConfigError: if the experiment YAML is invalid (naming each bad field).
@@ -161,6 +165,11 @@ def read_run_config(run_config: Mapping[str, Any]) -> RunSettings:
         raw = yaml.safe_load(values[RUN_EXPERIMENT])
     except yaml.YAMLError as exc:
         raise ConfigError(source, [f"not valid YAML ({exc})"]) from None
+    if isinstance(raw, dict):
+        try:
+            apply_field_keys(raw, run_config, (RUN_EXPERIMENT, RUN_DIR, RUN_RESUME))
+        except ValueError as exc:
+            raise ConfigError("run config", [str(exc)]) from None
     experiment = parse_config(raw, source=source)
     return RunSettings(experiment, values[RUN_DIR], values[RUN_RESUME])
 

@@ -56,6 +56,34 @@ def test_set_overrides_reach_the_run(tmp_path):
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 1
 
 
+def test_off_a_terminal_every_round_prints_a_line(tmp_path):
+    result = runner.invoke(app, ["run", str(write(tmp_path))])
+    assert result.exit_code == 0, result.output
+    assert "cli-demo  round 1/2  acc" in result.output
+    assert "cli-demo  round 2/2  acc" in result.output
+
+
+def test_resume_continues_an_interrupted_run_folder(tmp_path):
+    path = write(tmp_path)
+    args = ["--set", "train.rounds=4", "--set", "runtime={kind: simulation, checkpoint_every: 2}"]
+    assert runner.invoke(app, ["run", str(path), "-q", *args]).exit_code == 0
+    [run_dir] = (tmp_path / "runs").iterdir()
+    whole = (run_dir / "metrics.jsonl").read_text().splitlines()
+    # as a run killed during round 4 leaves it: three rounds, status running
+    (run_dir / "metrics.jsonl").write_text("\n".join(whole[:3]) + "\n")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "running"}))
+    result = runner.invoke(app, ["run", "--resume", str(run_dir), "-q"])
+    assert result.exit_code == 0, result.output
+    resumed = (run_dir / "metrics.jsonl").read_text().splitlines()
+    untimed = [{k: v for k, v in json.loads(r).items() if not k.endswith("_s")} for r in resumed]
+    assert untimed == [
+        {k: v for k, v in json.loads(r).items() if not k.endswith("_s")} for r in whole
+    ]
+    again = runner.invoke(app, ["run", "--resume", str(run_dir)])
+    assert again.exit_code == 2 and "nothing to resume" in again.output
+
+
 def test_validate_prints_the_resolved_config(tmp_path):
     result = runner.invoke(app, ["validate", str(write(tmp_path))])
     assert result.exit_code == 0
@@ -86,7 +114,7 @@ def test_compare_puts_runs_side_by_side(tmp_path):
     result = runner.invoke(app, ["compare", *runs, "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert out.read_bytes()[:4] == b"\x89PNG"
-    assert result.output.count("cli-demo-") == 2
+    assert "density=0.05" in result.output and "density=1 " in result.output
 
 
 def test_compare_refuses_a_folder_that_is_not_a_run(tmp_path):

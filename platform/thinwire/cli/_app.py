@@ -16,8 +16,8 @@ from thinwire.metrics import format_bytes
 __all__ = [
     "ConfigArg",
     "SetOpt",
+    "UnsetOpt",
     "app",
-    "comparison_table",
     "console",
     "errors",
     "fail",
@@ -48,13 +48,23 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def load(path: Path, overrides: list[str] | None) -> Experiment:
+UnsetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--unset", help="Remove a field or section (its default applies): --unset codec"),
+]
+
+
+def load(path: Path, overrides: list[str] | None, unset: list[str] | None = None) -> Experiment:
+    notes: list[str] = []
     try:
-        return load_config(path, overrides or ())
+        experiment = load_config(path, overrides or (), unset=unset or (), notes=notes)
     except ConfigError as exc:
         for problem in exc.problems:
             errors.print(f"[bold red]error:[/] {exc.source}: {problem}", highlight=False)
         raise typer.Exit(2) from None
+    for note in notes:
+        errors.print(f"[bold yellow]note:[/] {note}", highlight=False)
+    return experiment
 
 
 def pct(value: float) -> str:
@@ -83,15 +93,4 @@ def run_table(title: str, summary: dict[str, Any]) -> Table:
     table.add_column(justify="right")
     for name, value in summary_rows(summary):
         table.add_row(name, value)
-    return table
-
-
-def comparison_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table(title="comparison", title_justify="left")
-    table.add_column("run")
-    names = [name for name, _ in summary_rows(rows[0])] if rows else []
-    for name in names:
-        table.add_column(name, justify="right")
-    for row in rows:
-        table.add_row(str(row["run"]), *(value for _, value in summary_rows(row)))
     return table

@@ -80,10 +80,10 @@ from thinwire.config._learning import (
     TrainConfig,
 )
 from thinwire.config._loading import (
-    apply_overrides,
     load_config,
     parse_config,
 )
+from thinwire.config._overrides import apply_overrides, override, parse_override, set_field
 from thinwire.config._policy import (
     AccessRule,
     AgeOfGradientRule,
@@ -113,6 +113,7 @@ from thinwire.config._runtime import (
     SimulationRuntime,
     TLSFiles,
 )
+from thinwire.config._sweep import SweepPoint, override_name, parse_sweep_options, sweep_points
 from thinwire.config._topology import (
     JWINS_ALPHAS,
     SPARQ_CODEC,
@@ -251,6 +252,7 @@ __all__ = [
     "StarTopology",
     "StepLR",
     "StepThreshold",
+    "SweepPoint",
     "SyntheticData",
     "TLSFiles",
     "TauSchedule",
@@ -265,5 +267,11 @@ __all__ = [
     "WaveletTransform",
     "apply_overrides",
     "load_config",
+    "override",
+    "override_name",
     "parse_config",
+    "parse_override",
+    "parse_sweep_options",
+    "set_field",
+    "sweep_points",
 ]

@@ -59,4 +59,4 @@ Device = Annotated[str, AfterValidator(_device)]
 class Section(BaseModel):
     """Base of every config section: frozen, unknown keys rejected."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)

@@ -21,7 +21,9 @@ class WaveletTransform(Section):
 
     kind: Literal["wavelet"] = "wavelet"
     wavelet: str = "sym2"
+    """PyWavelets name of the wavelet, e.g. sym2, db4, haar."""
     level: Annotated[int, Field(ge=1, le=12)] = 4
+    """Decomposition levels."""
 
 
 Transform = Annotated[IdentityTransform | WaveletTransform, Field(discriminator="kind")]
@@ -38,6 +40,7 @@ class TopK(Section):
 
     kind: Literal["topk"] = "topk"
     density: Density
+    """Fraction of coordinates sent: k = ceil(density * n)."""
 
 
 class SampledTopK(Section):
@@ -45,7 +48,9 @@ class SampledTopK(Section):
 
     kind: Literal["topk_sampled"] = "topk_sampled"
     density: Density
+    """Fraction of coordinates sent."""
     sample: Density = 0.01
+    """Fraction of coordinates sampled to estimate the threshold."""
 
 
 class RandomK(Section):
@@ -53,7 +58,9 @@ class RandomK(Section):
 
     kind: Literal["random_k"] = "random_k"
     density: Density
+    """Fraction of coordinates sent."""
     unbiased: bool = False
+    """Scale the kept values by n / k, so the estimate is unbiased."""
 
 
 class RandomBlock(Section):
@@ -61,6 +68,7 @@ class RandomBlock(Section):
 
     kind: Literal["random_block"] = "random_block"
     density: Density
+    """Block length as a fraction of the tensor."""
 
 
 class RTopK(Section):
@@ -68,7 +76,9 @@ class RTopK(Section):
 
     kind: Literal["rtopk"] = "rtopk"
     density: Density
+    """Fraction of coordinates sent."""
     ratio: Annotated[float, Field(ge=1.0)] = 4.0
+    """r / k: how many top coordinates the k are drawn from."""
 
 
 class HardThreshold(Section):
@@ -76,6 +86,7 @@ class HardThreshold(Section):
 
     kind: Literal["threshold"] = "threshold"
     lam: PositiveFloat
+    """The magnitude threshold lambda."""
 
 
 class AdaptiveTopK(Section):
@@ -83,9 +94,13 @@ class AdaptiveTopK(Section):
 
     kind: Literal["adaptive"] = "adaptive"
     density: Density
+    """Starting density."""
     min_density: Density = 0.0001
+    """Lowest density the rule may choose."""
     max_density: Density = 0.1
+    """Highest density the rule may choose."""
     decay: Probability = 0.9
+    """Decay of the running average of the input's energy."""
 
     @model_validator(mode="after")
     def _ordered(self) -> AdaptiveTopK:
@@ -135,7 +150,9 @@ class QSGD(Section):
 
     kind: Literal["qsgd"] = "qsgd"
     levels: Annotated[int, Field(ge=1, le=2**20)] = 16
+    """Quantization levels s per sign."""
     bucket: Annotated[int, Field(ge=0)] = 0
+    """Coordinates per norm (bucket); 0: one norm per tensor."""
 
 
 class ScaledSign(Section):
@@ -143,6 +160,7 @@ class ScaledSign(Section):
 
     kind: Literal["sign"] = "sign"
     bucket: Annotated[int, Field(ge=0)] = 0
+    """Coordinates per scale (bucket); 0: one scale per tensor."""
 
 
 Quantize = Annotated[NoQuantizer | Cast | QSGD | ScaledSign, Field(discriminator="kind")]

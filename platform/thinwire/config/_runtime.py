@@ -15,8 +15,11 @@ class ChannelConfig(Section):
     """The simulated network: per-client link speeds (one value for all, or one per client)."""
 
     uplink_mbps: PositiveFloat | list[PositiveFloat] = 20.0
+    """Client-to-server (or peer push) link speed in Mbit/s: one value, or one per client."""
     downlink_mbps: PositiveFloat | list[PositiveFloat] = 100.0
+    """Server-to-client link speed in Mbit/s: one value, or one per client."""
     latency_ms: NonNegativeFloat | list[NonNegativeFloat] = 10.0
+    """One-way latency per message in ms: one value, or one per client."""
     slots: PositiveInt | None = None
     """Random-access uplink: slots per round (slotted ALOHA); None: every sender gets a link."""
     slot_ms: PositiveFloat = 10.0
@@ -27,6 +30,8 @@ class SimulationRuntime(Section):
     """Every role in one process."""
 
     kind: Literal["simulation"] = "simulation"
+    checkpoint_every: Annotated[int, Field(ge=0)] = 0
+    """Save the whole run's state every this many rounds, for `thinwire run --resume`; 0 never."""
 
 
 _ADDRESS = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})")
@@ -60,8 +65,11 @@ class TLSFiles(Section):
     """PEM files of one node: the run's CA, this node's certificate and its private key."""
 
     ca: Path
+    """PEM file of the run's certificate authority."""
     cert: Path
+    """PEM file of this node's certificate."""
     key: Path
+    """PEM file of this node's private key."""
     mutual: bool = True
     """Require a client certificate from every pusher and bind it to the claimed node id."""
 
@@ -78,12 +86,15 @@ class GossipRuntime(Section):
     run_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)]
     """Names the run; nodes accept pushes only from their own run."""
     peers: list[Annotated[str, AfterValidator(_peer_address)]] | None = None
+    """host:port of every node, in node order."""
     pattern: Annotated[str, AfterValidator(_peer_pattern)] | None = None
+    """host:port with {i} for the node id, e.g. peer-{i}:50051."""
     listen: Annotated[str, AfterValidator(_listen_address)] = "[::]:{port}"
     """Where a node serves; {port} is the port of its own peer address, {i} its id."""
     deadline_s: PositiveFloat = 30.0
     """How long a node waits for its neighbours each round; also each push's deadline."""
     chunk_bytes: Annotated[int, Field(ge=1024, le=64 * 2**20)] = 2**20
+    """Stream chunk size of a push, in bytes."""
     max_message_bytes: Annotated[int, Field(ge=1024, le=2**40)] = 2**30
     """Largest encoded update a node accepts, in bytes."""
     window: Annotated[int, Field(ge=1, le=1000)] = 2
@@ -96,6 +107,7 @@ class GossipRuntime(Section):
     """Interval of HTTP/2 keepalive pings on an open connection."""
     tls: TLSFiles | None = None
     insecure: bool = False
+    """Plain gRPC without TLS (loopback or a private network only)."""
 
     @model_validator(mode="after")
     def _exactly_one(self) -> GossipRuntime:
