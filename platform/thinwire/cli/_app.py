@@ -22,6 +22,7 @@ __all__ = [
     "errors",
     "fail",
     "load",
+    "load_runnable",
     "pct",
     "run_table",
     "summary_rows",
@@ -52,9 +53,26 @@ def load(path: Path, overrides: list[str] | None) -> Experiment:
     try:
         return load_config(path, overrides or ())
     except ConfigError as exc:
-        for problem in exc.problems:
-            errors.print(f"[bold red]error:[/] {exc.source}: {problem}", highlight=False)
+        _print_problems(exc)
         raise typer.Exit(2) from None
+
+
+def load_runnable(path: Path, overrides: list[str] | None) -> Experiment:
+    """`load`, then `preflight`: the file is valid and runs on this machine."""
+    from thinwire.preflight import preflight
+
+    experiment = load(path, overrides)
+    try:
+        preflight(experiment, str(path))
+    except ConfigError as exc:
+        _print_problems(exc)
+        raise typer.Exit(2) from None
+    return experiment
+
+
+def _print_problems(exc: ConfigError) -> None:
+    for problem in exc.problems:
+        errors.print(f"[bold red]error:[/] {exc.source}: {problem}", highlight=False)
 
 
 def pct(value: float) -> str:

@@ -17,7 +17,7 @@ from thinwire.cli._app import (
     comparison_table,
     console,
     fail,
-    load,
+    load_runnable,
     run_table,
 )
 
@@ -34,7 +34,7 @@ def run(
     from thinwire.metrics import RoundProgress, RunRecorder
     from thinwire.simulate import simulate
 
-    experiment = load(config, overrides)
+    experiment = load_runnable(config, overrides)
     if experiment.runtime.kind != "simulation":
         fail(
             f"{config}: runtime.kind is {experiment.runtime.kind!r}; `thinwire run` simulates. "
@@ -67,8 +67,12 @@ def run(
 
 @app.command()
 def validate(config: ConfigArg, overrides: SetOpt = None) -> None:
-    """Check an experiment file and print it with every default filled in."""
-    experiment = load(config, overrides)
+    """Check that an experiment runs on this machine; print it with every default filled in.
+
+    Beyond the file itself, this sets the run up as `run` does (device, output folder, data
+    and its split, graph, codecs, privacy) without training.
+    """
+    experiment = load_runnable(config, overrides)
     console.print(yaml.safe_dump(experiment.model_dump(mode="json"), sort_keys=False), end="")
 
 
