@@ -12,9 +12,9 @@ node's rounds. Three mechanisms bound that, all decided before a frame is read:
   A claim of another run, or of a node that is not a neighbour in that round, is refused
   at once.
 - **Caps.** At most `per_host` streams from one remote address and `total` in all; the
-  server's thread pool has exactly `total` workers and gRPC refuses streams beyond them.
-  A stream over any cap is refused at once with RESOURCE_EXHAUSTED (honest pushers retry
-  it with backoff), never queued behind the streams that hold the workers.
+  server has a worker thread for each, plus spare ones that screen new streams. A stream
+  over any cap is refused at once with RESOURCE_EXHAUSTED (honest pushers retry it with
+  backoff), never queued behind the streams that hold the workers.
 - **Pace.** Every frame, the header as each data chunk, must arrive within
   `frame_timeout_s` of asking for it, and the whole push within `stream_timeout_s`; a
   `FrameWatchdog` cancels a stream that is late, so a trickle cannot hold a lane either.

@@ -37,6 +37,14 @@ __all__ = ["GossipServicer", "create_server", "serving", "stop_server"]
 
 logger = logging.getLogger(__name__)
 
+_SPARE_WORKERS = 8
+"""Threads beyond the admitted streams: even when every lane is held, a new stream is
+screened (and an honest one answered) at once instead of waiting for a worker."""
+_QUEUED_PER_STREAM = 4
+"""Calls gRPC accepts at once per admitted stream: a burst of strangers queues behind
+refusals that take microseconds each, so an honest push in the burst is delayed, not
+refused; beyond it gRPC refuses at once (RESOURCE_EXHAUSTED)."""
+
 _FINAL = (("grpc-retry-pushback-ms", "-1"),)
 """Trailing metadata that forbids the caller's channel to retry the call (gRPC retry spec)."""
 
@@ -127,8 +135,9 @@ def create_server(
         insecure: serve plaintext; must be asked for explicitly, instead of `tls`.
         settings: transport settings; they cap the size of a frame.
 
-    The server has one worker thread per stream `servicer.limits` admits in all, and gRPC
-    refuses a stream beyond them at once (RESOURCE_EXHAUSTED) instead of queueing it.
+    The server has a worker thread for every stream `servicer.limits` admits in all, plus a
+    few that stay free to screen and refuse new streams; gRPC queues at most
+    `_QUEUED_PER_STREAM` calls per admitted stream and refuses the rest at once.
 
     Returns:
         The started server and the port it listens on.
@@ -139,11 +148,11 @@ def create_server(
     """
     require_security(tls, insecure, "create_server")
     options = server_options(settings or TransportSettings())
-    workers = servicer.limits.total
+    total = servicer.limits.total
     server = grpc.server(
-        ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gossip-push"),
+        ThreadPoolExecutor(max_workers=total + _SPARE_WORKERS, thread_name_prefix="gossip-push"),
         options=options,
-        maximum_concurrent_rpcs=workers,
+        maximum_concurrent_rpcs=_QUEUED_PER_STREAM * total,
     )
     _add_servicer(servicer, server)
     try:
