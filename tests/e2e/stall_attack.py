@@ -49,7 +49,13 @@ class StallAttack:
         self.outcomes: Counter[str] = Counter()  # how the peer ended the streams
         self.opened = 0
         self._stop = threading.Event()
-        self._channels = [grpc.insecure_channel(address) for _ in range(channels)]
+        # Reconnect quickly: the attack starts before the peer listens.
+        options = [
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 300),
+        ]
+        self._channels = [grpc.insecure_channel(address, options) for _ in range(channels)]
         self._thread = threading.Thread(target=self._run, name="stall-attack", daemon=True)
 
     def _frames(self, kind: str) -> Iterator[bytes]:
