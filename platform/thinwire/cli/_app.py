@@ -22,6 +22,7 @@ __all__ = [
     "errors",
     "fail",
     "load",
+    "load_runnable",
     "pct",
     "run_table",
     "summary_rows",
@@ -59,12 +60,35 @@ def load(path: Path, overrides: list[str] | None, unset: list[str] | None = None
     try:
         experiment = load_config(path, overrides or (), unset=unset or (), notes=notes)
     except ConfigError as exc:
-        for problem in exc.problems:
-            errors.print(f"[bold red]error:[/] {exc.source}: {problem}", highlight=False)
+        _print_problems(exc)
         raise typer.Exit(2) from None
     for note in notes:
         errors.print(f"[bold yellow]note:[/] {note}", highlight=False)
     return experiment
+
+
+def load_runnable(
+    path: Path, overrides: list[str] | None, unset: list[str] | None = None
+) -> Experiment:
+    """`load`, then `preflight`: the file is valid and runs on this machine."""
+    return check_runnable(load(path, overrides, unset), path)
+
+
+def check_runnable(experiment: Experiment, path: Path) -> Experiment:
+    """`preflight` with the CLI's error output: the experiment runs on this machine."""
+    from thinwire.preflight import preflight
+
+    try:
+        preflight(experiment, str(path))
+    except ConfigError as exc:
+        _print_problems(exc)
+        raise typer.Exit(2) from None
+    return experiment
+
+
+def _print_problems(exc: ConfigError) -> None:
+    for problem in exc.problems:
+        errors.print(f"[bold red]error:[/] {exc.source}: {problem}", highlight=False)
 
 
 def pct(value: float) -> str:

@@ -16,9 +16,11 @@ from thinwire.cli._app import (
     SetOpt,
     UnsetOpt,
     app,
+    check_runnable,
     console,
     fail,
     load,
+    load_runnable,
     run_table,
 )
 from thinwire.cli.results import show_comparison
@@ -108,7 +110,10 @@ def _experiment(
     seeds: int | None,
     sweep: list[str],
 ) -> Experiment:
-    """The experiment of `thinwire run`'s options: named by its overrides unless `--name`."""
+    """The experiment of `thinwire run`'s options, named by its overrides unless `--name`.
+
+    Checked as `validate` checks it (`preflight`): what would fail at run time fails here.
+    """
     experiment = load(config, overrides, unset)
     extra = []
     try:
@@ -127,7 +132,9 @@ def _experiment(
         extra.append(f"seeds={json.dumps(list(range(experiment.seed, experiment.seed + seeds)))}")
     if grid:
         extra.append(f"sweep={json.dumps({**(experiment.sweep or {}), **grid})}")
-    return load(config, [*overrides, *extra], unset) if extra else experiment
+    if extra:
+        experiment = load(config, [*overrides, *extra], unset)
+    return check_runnable(experiment, config)
 
 
 def _run_sweep(
@@ -152,8 +159,12 @@ def _run_sweep(
 
 @app.command()
 def validate(config: ConfigArg, overrides: SetOpt = None, unset: UnsetOpt = None) -> None:
-    """Check an experiment file and print it with every default filled in."""
-    experiment = load(config, overrides, unset)
+    """Check that an experiment runs on this machine; print it with every default filled in.
+
+    Beyond the file itself, this sets the run up as `run` does (device, output folder, data
+    and its split, graph, codecs, privacy) without training.
+    """
+    experiment = load_runnable(config, overrides, unset)
     console.print(yaml.safe_dump(experiment.model_dump(mode="json"), sort_keys=False), end="")
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from thinwire.config._base import Density, PositiveFloat, Probability, Section
+from thinwire.config._base import Density, PositiveFloat, Probability, Section, WaveletName
 
 
 class IdentityTransform(Section):
@@ -20,7 +20,7 @@ class WaveletTransform(Section):
     """Multilevel discrete wavelet transform of the flattened tensor (JWINS)."""
 
     kind: Literal["wavelet"] = "wavelet"
-    wavelet: str = "sym2"
+    wavelet: WaveletName = "sym2"
     """PyWavelets name of the wavelet, e.g. sym2, db4, haar."""
     level: Annotated[int, Field(ge=1, le=12)] = 4
     """Decomposition levels."""

@@ -6,12 +6,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from thinwire.config._base import ConfigError
 from thinwire.config._experiment import Experiment
 from thinwire.config._overrides import override
+from thinwire.config._yaml import read_yaml
 
 
 def _dotted(loc: tuple[int | str, ...], raw: Any) -> str:
@@ -19,7 +19,11 @@ def _dotted(loc: tuple[int | str, ...], raw: Any) -> str:
     # validator names for function-validated types; keep only keys present in the input.
     parts: list[str] = []
     node = raw
+    tagged: Any = None  # the mapping whose union tag was just skipped
     for item in loc:
+        if isinstance(node, Mapping) and node.get("kind") == item and tagged is not node:
+            tagged = node  # the tag comes first, even where a field shares its name
+            continue
         if isinstance(node, Mapping) and item in node:
             node = node[item]
             parts.append(str(item))
@@ -27,8 +31,7 @@ def _dotted(loc: tuple[int | str, ...], raw: Any) -> str:
             node = node[item]
             parts.append(f"[{item}]")
         elif isinstance(item, str) and (
-            (isinstance(node, Mapping) and node.get("kind") == item)
-            or item.startswith(("function-", "list[", "tagged-union[", "literal["))
+            item.startswith(("function-", "list[", "tagged-union[", "literal["))
             or item in ("int", "float", "str", "bool", "list")
         ):
             continue
@@ -91,20 +94,11 @@ def load_config(
         notes: receives what the overrides dropped (a switched kind's old fields).
 
     Raises:
-        ConfigError: naming the file and each bad field.
+        ConfigError: naming the file and each bad field (see `read_yaml` for what the
+            reading itself refuses).
     """
     source = str(path)
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(source, [f"cannot read the file: {exc.strerror or exc}"]) from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(source, [f"{where}not valid YAML ({problem})"]) from None
+    raw = read_yaml(path)
     if overrides or unset:
         try:
             raw, dropped = override(raw if isinstance(raw, dict) else {}, overrides, unset)

@@ -95,8 +95,16 @@ class GossipRuntime(Section):
     """How long a node waits for its neighbours each round; also each push's deadline."""
     chunk_bytes: Annotated[int, Field(ge=1024, le=64 * 2**20)] = 2**20
     """Stream chunk size of a push, in bytes."""
-    max_message_bytes: Annotated[int, Field(ge=1024, le=2**40)] = 2**30
-    """Largest encoded update a node accepts, in bytes."""
+    max_message_bytes: Annotated[int, Field(ge=1024, le=2**40)] | None = None
+    """Largest encoded update a node accepts, in bytes; None derives it from the model (twice
+    the most any honest encoding of its tensors can take)."""
+    frame_timeout_s: PositiveFloat | None = None
+    """Longest a push may leave a node waiting for its next frame; None: deadline_s / 2. A
+    whole push may take at most deadline_s."""
+    max_streams: Annotated[int, Field(ge=4, le=4096)] = 64
+    """Push streams a node serves at once (its worker threads); more are refused at once."""
+    max_streams_per_host: Annotated[int, Field(ge=1, le=4096)] = 32
+    """Push streams a node serves at once from one remote address."""
     window: Annotated[int, Field(ge=1, le=1000)] = 2
     """Rounds a node buffers: pushes for [current, current + window) are kept."""
     retries: Annotated[int, Field(ge=0, le=4)] = 3
@@ -117,7 +125,7 @@ class GossipRuntime(Section):
             raise ValueError(f"runtime.peers lists {len(self.peers)} address; gossip needs 2+")
         if (self.tls is None) == (not self.insecure):
             raise ValueError("set exactly one of runtime.tls and runtime.insecure: true")
-        if self.chunk_bytes > self.max_message_bytes:
+        if self.max_message_bytes is not None and self.chunk_bytes > self.max_message_bytes:
             raise ValueError("runtime.chunk_bytes must not exceed runtime.max_message_bytes")
         return self
 
