@@ -45,7 +45,8 @@ def plot_run(records: Sequence[Mapping[str, float]], path: Path, *, title: str =
         if any(values):
             traffic.plot(rounds, values, label=name)
     _label(traffic, "round", "bytes per round", log_y=True)
-    traffic.legend(fontsize=8)
+    if traffic.get_legend_handles_labels()[0]:
+        traffic.legend(fontsize=8)
     _save(plt, fig, path, title)
 
 
