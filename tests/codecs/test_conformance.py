@@ -47,6 +47,22 @@ TABLE: dict[str, tuple[tuple[str, str], dict]] = {
     # Before a mask is installed the shared mask keeps every coordinate (tests/codecs/test_masked.py
     # covers installed masks).
     "select-shared_mask": (("selector", "shared_mask"), {"select": {"kind": "shared_mask"}}),
+    "select-oktopk": (
+        ("selector", "oktopk"),
+        {"select": {"kind": "oktopk", "density": 0.1, "period": 3}},
+    ),
+    "select-sidco-exponential": (
+        ("selector", "sidco"),
+        {"select": {"kind": "sidco", "density": 0.1}},
+    ),
+    "select-sidco-gpareto": (
+        ("selector", "sidco"),
+        {"select": {"kind": "sidco", "density": 0.1, "family": "gpareto"}},
+    ),
+    "select-sidco-gamma": (
+        ("selector", "sidco"),
+        {"select": {"kind": "sidco", "density": 0.1, "family": "gamma", "stages": 1}},
+    ),
     "quantize-none": (("quantizer", "none"), {"select": TOPK, "quantize": {"kind": "none"}}),
     "quantize-fp16": (("quantizer", "fp16"), {"quantize": {"kind": "fp16"}}),
     "quantize-bf16": (("quantizer", "bf16"), {"quantize": {"kind": "bf16"}}),

@@ -94,6 +94,35 @@ class AdaptiveTopK(Section):
         return self
 
 
+class OkTopK(Section):
+    """Ok-Topk: exact top-k every `period` calls, the threshold reused (and nudged) between."""
+
+    kind: Literal["oktopk"] = "oktopk"
+    density: Density
+    period: Annotated[int, Field(ge=1)] = 32
+    tolerance: Annotated[float, Field(gt=1.0)] = 4.0 / 3.0
+    nudge: Annotated[float, Field(gt=1.0)] = 1.03
+    max_nudges: Annotated[int, Field(ge=0)] = 5
+    nudge_down: bool = True
+
+
+class SIDCo(Section):
+    """SIDCo: a threshold fitted from a sparsity-inducing distribution, multi-stage."""
+
+    kind: Literal["sidco"] = "sidco"
+    density: Density
+    family: Literal["exponential", "gpareto", "gamma"] = "exponential"
+    stages: Annotated[int, Field(ge=1)] = 2
+    max_stages: Annotated[int, Field(ge=1)] = 6
+    tolerance: PositiveFloat = 0.2
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SIDCo:
+        if self.stages > self.max_stages:
+            raise ValueError("needs stages <= max_stages")
+        return self
+
+
 class SharedMask(Section):
     """The coordinates of a mask the sender installs each round (DP random sparsification).
 
@@ -113,7 +142,9 @@ Select = Annotated[
     | RTopK
     | HardThreshold
     | AdaptiveTopK
-    | SharedMask,
+    | SharedMask
+    | OkTopK
+    | SIDCo,
     Field(discriminator="kind"),
 ]
 
