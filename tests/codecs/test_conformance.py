@@ -38,6 +38,11 @@ TABLE: dict[str, tuple[tuple[str, str], dict]] = {
         ("selector", "random_block"),
         {"select": {"kind": "random_block", "density": 0.1}},
     ),
+    # Independent blocks: contractive under feedback only for omega = n/k - 1 < 1.
+    "select-random_block-unbiased": (
+        ("selector", "random_block"),
+        {"select": {"kind": "random_block", "density": 0.75, "unbiased": True}},
+    ),
     "select-rtopk": (("selector", "rtopk"), {"select": {"kind": "rtopk", "density": 0.05}}),
     "select-threshold": (("selector", "threshold"), {"select": {"kind": "threshold", "lam": 1.5}}),
     "select-adaptive": (

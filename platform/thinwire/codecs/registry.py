@@ -57,7 +57,7 @@ _SELECTORS: dict[str, SelectorFactory] = {
     "topk": lambda c, seed: top_k(c.density),
     "topk_sampled": lambda c, seed: sampled_top_k(c.density, c.sample),
     "random_k": lambda c, seed: random_k(c.density, seed=seed, unbiased=c.unbiased),
-    "random_block": lambda c, seed: random_block(c.density, seed=seed),
+    "random_block": lambda c, seed: random_block(c.density, seed=seed, unbiased=c.unbiased),
     "rtopk": lambda c, seed: rtop_k(c.density, c.ratio, seed=seed),
     "threshold": lambda c, seed: threshold(c.lam),
     "adaptive": lambda c, seed: adaptive_top_k(

@@ -57,10 +57,15 @@ class RandomK(Section):
 
 
 class RandomBlock(Section):
-    """One contiguous block of k coordinates from a seeded start (wrapping around)."""
+    """One contiguous block of k coordinates from a seeded start (wrapping around).
+
+    `unbiased: true` scales the kept values by n/k: with each client's own seed, the
+    independent blocks of Mishchenko, Hanzely and Richtárik (2019).
+    """
 
     kind: Literal["random_block"] = "random_block"
     density: Density
+    unbiased: bool = False
 
 
 class RTopK(Section):
