@@ -40,11 +40,6 @@ class OkTopKState(NamedTuple):
     step: int  # calls so far, Python int; an exact top-k runs when step % period == 0
 
 
-def _count(y: torch.Tensor, threshold: float) -> int:
-    # How many |y_i| >= threshold (one host synchronisation).
-    return int((y.abs() >= threshold).sum())
-
-
 def ok_top_k(
     density: float,
     *,
@@ -109,18 +104,20 @@ def ok_top_k(
         del n, device
         return OkTopKState(0.0, 0)
 
-    def reuse(y: torch.Tensor, k: int, threshold: float) -> float:
-        # The stored threshold, nudged toward a count within [k / tolerance, tolerance * k].
-        count = _count(y, threshold)
+    def reuse(y: torch.Tensor, k: int, threshold: float) -> tuple[torch.Tensor, float]:
+        # The coordinates passing the stored threshold, nudged toward a count within
+        # [k / tolerance, tolerance * k]; one pass over y when no nudge is needed.
+        indices = at_least(y, threshold)
         for _ in range(max_nudges):
+            count = indices.numel()
             if count > tolerance * k:
                 threshold *= nudge
             elif nudge_down and count < k / tolerance:
                 threshold /= nudge
             else:
                 break
-            count = _count(y, threshold)
-        return threshold
+            indices = at_least(y, threshold)
+        return indices, threshold
 
     def select(y: torch.Tensor, state: OkTopKState) -> tuple[Support, torch.Tensor, OkTopKState]:
         n = y.numel()
@@ -131,8 +128,7 @@ def ok_top_k(
             indices = sampled_top_k_indices(y, k, 0.01)
             threshold = float(y[indices].abs().min())
         else:
-            threshold = reuse(y, k, state.threshold)
-            indices = at_least(y, threshold)
+            indices, threshold = reuse(y, k, state.threshold)
             logger.debug(
                 "ok_top_k: threshold %.4g keeps %d of target %d", threshold, len(indices), k
             )

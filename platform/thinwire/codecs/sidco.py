@@ -144,10 +144,11 @@ def sidco(
         # Coordinates surviving every stage of an m-stage fit (sorted, on y's device).
         n = y.numel()
         step = density ** (1.0 / m)
-        mean = float(torch.linalg.vector_norm(y, 1, dtype=torch.float64)) / n
+        # float32 norms (cascade-summed, ~1e-7 relative): a float64 pass costs 25x more on CPU.
+        mean = float(torch.linalg.vector_norm(y, 1)) / n
         if not mean > 0.0:
             return torch.zeros(0, dtype=torch.long, device=y.device)
-        square = float(torch.linalg.vector_norm(y, 2, dtype=torch.float64)) ** 2 / n
+        square = float(torch.linalg.vector_norm(y, 2)) ** 2 / n
         total = tail_threshold(family, mean, max(square - mean * mean, 0.0), step)
         kept = at_least(y, total)
         for _ in range(m - 1):
