@@ -15,6 +15,7 @@ from thinwire.config._aggregation import (
     AggregationRule,
     MeanRule,
     MedianRule,
+    SignVoteRule,
     TrimmedMeanRule,
 )
 from thinwire.config._base import (
@@ -249,6 +250,7 @@ __all__ = [
     "ServerStep",
     "ShardsPartition",
     "SharedMask",
+    "SignVoteRule",
     "SimulationRuntime",
     "SmallWorldTopology",
     "SparqGossip",
