@@ -5,7 +5,8 @@ float32 tensors) with its weight (the sender's example count), and returns the a
 Rules compose like codec wrappers: `clipped(rule, max_norm)` is a rule that clips every
 update's l2 norm before handing them on, so a robust server is `clipped(median(), 5.0)`
 rather than a flag inside the `Aggregator`. `build_rule` builds the one the experiment's
-`aggregation` section names.
+`aggregation` section names. `sign_vote()` is signSGD's majority vote: the aggregate is a
+sign per coordinate, and the server's learning rate is the step size.
 
 Sums accumulate in float64, so no weighted sum of finite float32 updates overflows
 (|w| <= 2**40 and |v| < 2**128 keep every product and partial sum far inside float64);
@@ -24,7 +25,13 @@ from collections.abc import Callable, Sequence
 import torch
 
 from thinwire.codecs.receive import l2_norm
-from thinwire.config import AggregationConfig, MeanRule, MedianRule, TrimmedMeanRule
+from thinwire.config import (
+    AggregationConfig,
+    MeanRule,
+    MedianRule,
+    SignVoteRule,
+    TrimmedMeanRule,
+)
 
 __all__ = [
     "Contribution",
@@ -33,6 +40,7 @@ __all__ = [
     "clip_update",
     "clipped",
     "median",
+    "sign_vote",
     "trimmed_mean",
     "weighted_mean",
     "weighted_sum",
@@ -109,6 +117,33 @@ def median() -> Rule:
     return rule
 
 
+def sign_vote() -> Rule:
+    """SignSGD with majority vote (Bernstein, Zhao, Azizzadenesheli, Anandkumar, ICLR'19).
+
+    Each client's update votes with its sign per coordinate; the aggregate is the majority,
+
+        a_j = +1 if sum_i sign(v_ij) >= 0 else -1,
+
+    unweighted (one client, one vote), as in the paper. A tie, including a coordinate no
+    client moved, goes to +1, the sign thinwire's sign quantizer gives a zero: the vote is
+    then always +-1, so a `sign` downlink codec carries it exactly at one bit per coordinate
+    (plus one scale), and the server applies x <- x + lr * a with `train.server.lr` as
+    signSGD's step size. The clients' side is the `sign` quantizer: only the signs of their
+    payloads count, their scales are ignored (no averaging of magnitudes).
+    """
+
+    def rule(contributions: Sequence[Contribution]) -> dict[str, torch.Tensor]:
+        out = {}
+        for name, first in contributions[0][0].items():
+            votes = torch.zeros(first.shape, dtype=torch.int32, device=first.device)
+            for delta, _ in contributions:
+                votes += torch.where(delta[name] < 0, -1, 1).to(torch.int32)
+            out[name] = torch.where(votes >= 0, 1.0, -1.0).to(torch.float32)
+        return out
+
+    return rule
+
+
 def clipped(rule: Rule, max_norm: float) -> Rule:
     """`rule` on updates scaled down to l2 norm <= max_norm (the whole update's norm).
 
@@ -143,4 +178,6 @@ def build_rule(config: AggregationConfig) -> Rule:
             rule = trimmed_mean(beta)
         case MedianRule():
             rule = median()
+        case SignVoteRule():
+            rule = sign_vote()
     return clipped(rule, config.clip_norm) if config.clip_norm is not None else rule

@@ -38,6 +38,11 @@ TABLE: dict[str, tuple[tuple[str, str], dict]] = {
         ("selector", "random_block"),
         {"select": {"kind": "random_block", "density": 0.1}},
     ),
+    # Independent blocks: contractive under feedback only for omega = n/k - 1 < 1.
+    "select-random_block-unbiased": (
+        ("selector", "random_block"),
+        {"select": {"kind": "random_block", "density": 0.75, "unbiased": True}},
+    ),
     "select-rtopk": (("selector", "rtopk"), {"select": {"kind": "rtopk", "density": 0.05}}),
     "select-threshold": (("selector", "threshold"), {"select": {"kind": "threshold", "lam": 1.5}}),
     "select-adaptive": (
@@ -47,6 +52,22 @@ TABLE: dict[str, tuple[tuple[str, str], dict]] = {
     # Before a mask is installed the shared mask keeps every coordinate (tests/codecs/test_masked.py
     # covers installed masks).
     "select-shared_mask": (("selector", "shared_mask"), {"select": {"kind": "shared_mask"}}),
+    "select-oktopk": (
+        ("selector", "oktopk"),
+        {"select": {"kind": "oktopk", "density": 0.1, "period": 3}},
+    ),
+    "select-sidco-exponential": (
+        ("selector", "sidco"),
+        {"select": {"kind": "sidco", "density": 0.1}},
+    ),
+    "select-sidco-gpareto": (
+        ("selector", "sidco"),
+        {"select": {"kind": "sidco", "density": 0.1, "family": "gpareto"}},
+    ),
+    "select-sidco-gamma": (
+        ("selector", "sidco"),
+        {"select": {"kind": "sidco", "density": 0.1, "family": "gamma", "stages": 1}},
+    ),
     "quantize-none": (("quantizer", "none"), {"select": TOPK, "quantize": {"kind": "none"}}),
     "quantize-fp16": (("quantizer", "fp16"), {"quantize": {"kind": "fp16"}}),
     "quantize-bf16": (("quantizer", "bf16"), {"quantize": {"kind": "bf16"}}),

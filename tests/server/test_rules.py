@@ -126,3 +126,50 @@ def test_a_coordinate_a_sparse_update_does_not_carry_counts_as_zero() -> None:
 def test_the_section_refuses_what_the_experiment_cannot_honour(sections, message) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_config({"name": "x", **sections})
+
+
+def test_sign_vote_takes_the_majority_sign_one_client_one_vote() -> None:
+    from thinwire.server.rules import sign_vote
+
+    out = sign_vote()(
+        contributions(
+            [
+                [1.0, -2.0, 0.0, -1.0, 3.0],
+                [-1.0, -2.0, 0.0, 1.0, -1.0],
+                [5.0, 3.0, 0.0, -1.0, -1.0],
+            ],
+            [1000.0, 1.0, 1.0],  # example counts do not buy votes, magnitudes neither
+        )
+    )
+    assert out["w"].dtype == torch.float32
+    assert out["w"].tolist() == [1.0, -1.0, 1.0, -1.0, -1.0]
+
+
+def test_sign_vote_breaks_ties_toward_plus_one_so_the_vote_is_always_one_bit() -> None:
+    from thinwire.server.rules import sign_vote
+
+    out = sign_vote()(contributions([[1.0, -1.0, 0.0], [-1.0, 1.0, 0.0]]))
+    assert out["w"].tolist() == [1.0, 1.0, 1.0]
+
+
+def test_signsgd_with_majority_vote_moves_every_coordinate_by_the_step_and_sends_signs() -> None:
+    # The protocol end to end in the simulator: sign uplink, vote, sign downlink. Each
+    # round every coordinate of the global model moves by exactly +-lr, and each message
+    # in either direction costs one bit per coordinate plus a fixed overhead.
+    from thinwire.simulate import simulate
+
+    sections = {
+        "codec": {"quantize": {"kind": "sign"}},
+        "downlink": {"quantize": {"kind": "sign"}},
+        "aggregation": {"rule": {"kind": "sign_vote"}},
+    }
+    step = 0.01
+    one = simulate(tiny_experiment(train={"rounds": 1, "server": {"lr": step}}, **sections))
+    two = simulate(tiny_experiment(train={"rounds": 2, "server": {"lr": step}}, **sections))
+    moved = torch.cat([(two.model[k] - one.model[k]).reshape(-1) for k in one.model])
+    torch.testing.assert_close(moved.abs(), torch.full_like(moved, step), rtol=0, atol=1e-6)
+    n = moved.numel()
+    record = two.records[-1]
+    per_update = record["bytes_up"] / record["updates_sent"]
+    assert n / 8 <= per_update <= n / 8 + 200
+    assert n / 8 * 4 <= record["bytes_down"] <= (n / 8 + 200) * 4  # four clients

@@ -3,7 +3,8 @@
 Every receiver refuses a decoded update that is not finite or whose l2 norm exceeds
 `max_norm_ratio * max(||own model||, 1)`; the star's server also caps the example count a
 client may claim. What passes then goes through the server's rule: optional norm clipping
-of each update, then the weighted mean, a coordinate-wise trimmed mean or the median.
+of each update, then the weighted mean, a coordinate-wise trimmed mean, the median or a
+majority vote of signs.
 """
 
 from __future__ import annotations
@@ -38,7 +39,20 @@ class MedianRule(Section):
     kind: Literal["median"] = "median"
 
 
-AggregationRule = Annotated[MeanRule | TrimmedMeanRule | MedianRule, Field(discriminator="kind")]
+class SignVoteRule(Section):
+    """SignSGD with majority vote (Bernstein et al., ICLR'19): the sign most updates have.
+
+    Per coordinate, +-1 (ties go to +1), with equal weights. The server's step is then
+    `train.server.lr` times that vote; with a `sign` downlink codec the broadcast costs one
+    bit per coordinate.
+    """
+
+    kind: Literal["sign_vote"] = "sign_vote"
+
+
+AggregationRule = Annotated[
+    MeanRule | TrimmedMeanRule | MedianRule | SignVoteRule, Field(discriminator="kind")
+]
 
 
 class AggregationConfig(Section):

@@ -64,11 +64,17 @@ class RandomK(Section):
 
 
 class RandomBlock(Section):
-    """One contiguous block of k coordinates from a seeded start (wrapping around)."""
+    """One contiguous block of k coordinates from a seeded start (wrapping around).
+
+    `unbiased: true` scales the kept values by n/k: with each client's own seed, the
+    independent blocks of Mishchenko, Hanzely and Richtárik (2019).
+    """
 
     kind: Literal["random_block"] = "random_block"
     density: Density
     """Block length as a fraction of the tensor."""
+    unbiased: bool = False
+    """Scale the kept values by n/k (unbiased; each worker its own block: independent blocks)."""
 
 
 class RTopK(Section):
@@ -109,6 +115,46 @@ class AdaptiveTopK(Section):
         return self
 
 
+class OkTopK(Section):
+    """Ok-Topk: exact top-k every `period` calls, the threshold reused (and nudged) between."""
+
+    kind: Literal["oktopk"] = "oktopk"
+    density: Density
+    """Target fraction of coordinates kept."""
+    period: Annotated[int, Field(ge=1)] = 32
+    """Calls between exact top-k selections (the paper's tau)."""
+    tolerance: Annotated[float, Field(gt=1.0)] = 4.0 / 3.0
+    """A reused threshold is nudged while more than tolerance * k coordinates pass it."""
+    nudge: Annotated[float, Field(gt=1.0)] = 1.03
+    """Factor a threshold is raised (or lowered) by per nudge."""
+    max_nudges: Annotated[int, Field(ge=0)] = 5
+    """Most nudges per call."""
+    nudge_down: bool = True
+    """Also lower the threshold while fewer than k / tolerance pass (false: the paper's rule)."""
+
+
+class SIDCo(Section):
+    """SIDCo: a threshold fitted from a sparsity-inducing distribution, multi-stage."""
+
+    kind: Literal["sidco"] = "sidco"
+    density: Density
+    """Target fraction of coordinates kept."""
+    family: Literal["exponential", "gpareto", "gamma"] = "exponential"
+    """Distribution fitted to the magnitudes."""
+    stages: Annotated[int, Field(ge=1)] = 2
+    """Fitting stages at the start (each refits the exceedances of the last threshold)."""
+    max_stages: Annotated[int, Field(ge=1)] = 6
+    """Most stages the selector may add while it misses the density."""
+    tolerance: PositiveFloat = 0.2
+    """Relative density error above which a stage is added."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SIDCo:
+        if self.stages > self.max_stages:
+            raise ValueError("needs stages <= max_stages")
+        return self
+
+
 class SharedMask(Section):
     """The coordinates of a mask the sender installs each round (DP random sparsification).
 
@@ -128,7 +174,9 @@ Select = Annotated[
     | RTopK
     | HardThreshold
     | AdaptiveTopK
-    | SharedMask,
+    | SharedMask
+    | OkTopK
+    | SIDCo,
     Field(discriminator="kind"),
 ]
 
