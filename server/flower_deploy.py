@@ -30,6 +30,7 @@ from thinwire.config import Experiment
 from thinwire.server.flower_messages import (
     NODE_NUM_PARTITIONS,
     NODE_PARTITION,
+    NODE_STATE_DIR,
     RUN_DIR,
     RUN_EXPERIMENT,
     RUN_RESUME,
@@ -134,6 +135,7 @@ def supernode_command(
     port: int = SUPERNODE_PORT,
     insecure: bool = False,
     root_certificates: Path | None = None,
+    state_dir: Path | None = None,
 ) -> list[str]:
     """A SuperNode serving client `partition` (what `thinwire client` execs).
 
@@ -144,12 +146,19 @@ def supernode_command(
         port: this SuperNode's Runtime API port (distinct per SuperNode on one host).
         insecure: plain HTTP to the SuperLink.
         root_certificates: PEM bundle of the CA that signed the SuperLink's certificate.
+        state_dir: the folder where the node keeps its client's state between messages
+            (node-local, persistent); None leaves the ClientApp's default
+            (`thinwire.server.flower_messages.default_state_dir`).
     """
     if partition < 0 or (partitions is not None and partition >= partitions):
         raise ValueError(f"partition {partition} is not in [0, {partitions})")
     node_config = f"{NODE_PARTITION}={partition}"
     if partitions is not None:
         node_config += f" {NODE_NUM_PARTITIONS}={partitions}"
+    if state_dir is not None:
+        if '"' in str(state_dir) or not str(state_dir):
+            raise ValueError(f"a state folder path must be non-empty, without '\"': {state_dir}")
+        node_config += f" {NODE_STATE_DIR}={_toml_string(str(state_dir))}"
     return [
         "flower-supernode",
         *_trust(insecure, root_certificates),

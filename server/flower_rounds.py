@@ -188,6 +188,7 @@ class FlowerStar:
             "participants": len(outcome.participants),
             "rejected": len(outcome.rejected),
             "dropouts": len(outcome.dropped),
+            "state_lost": len(outcome.state_lost),
             "censored": len(outcome.result.silent),
             "reused": len(outcome.result.reused),
         }

@@ -4,16 +4,20 @@
 
 - `configure_train` samples the round's clients (`sample_clients`, seeded as in the
   simulator), keeps those whose SuperNode is live, and builds one train message per client:
-  its downlink bytes from `Aggregator.broadcast`, the round, and whether its previous update
-  counted (the `RoundResult.delivered` of the round it last sent in).
+  its downlink bytes from `Aggregator.broadcast`, the round, whether its previous update
+  counted (the `RoundResult.delivered` of the round it last sent in), and the round its kept
+  state must be at (the last round it was sent a train message, `AggregatorState.received`).
 - `aggregate_train` feeds each reply's update bytes to `Aggregator.receive` (which validates
   them; a `WireError` drops that update and is logged), tells `Aggregator.silent` of replies
   without update bytes (a censored client, whose last update CSGD reuses, or one that kept
   its update back on a random-access uplink), counts error replies or missing ones as
-  dropouts, and finishes with `Aggregator.finish_round`: slot arbitration on a random-access
-  uplink, then the average in client order (arrival order does not matter). Each client
-  learns whether its update counted (its slot outcome) with its next train message. With fewer
-  answers than `runtime.min_replies` it restores the server and raises `QuorumError`.
+  dropouts, counts `StateLost` errors (a client whose kept state is missing, stale or
+  damaged) and re-synchronizes those clients (the full model and a fresh state when next
+  sampled: the server forgets they hold anything), and finishes with
+  `Aggregator.finish_round`: slot arbitration on a random-access uplink, then the average in
+  client order (arrival order does not matter). Each client learns whether its update
+  counted (its slot outcome) with its next train message. With fewer answers than
+  `runtime.min_replies` it restores the server and raises `QuorumError`.
 - `configure_evaluate` / `aggregate_evaluate` measure the global model on the clients' own
   data when `runtime.client_eval` is on.
 
@@ -45,6 +49,7 @@ from thinwire.server.flower_messages import (
     ClientEvaluation,
     TrainReply,
     instruction,
+    is_state_lost,
     read_evaluation,
     read_identity,
     read_train_reply,
@@ -78,6 +83,7 @@ class RoundOutcome(NamedTuple):
     rejected: dict[int, str]  # client -> why its update (or whole reply) was refused
     dropped: dict[int, str]  # client -> why it did not answer
     result: RoundResult  # the Aggregator's account: silent, reused, collided, slot use
+    state_lost: dict[int, str] = {}  # client -> why its kept state was unusable (re-synced)
 
 
 class _OpenRound(NamedTuple):
@@ -130,7 +136,12 @@ class StarStrategy(Strategy):
         downlink = self.aggregator.broadcast(server_round, participants)
         messages = {
             c: Message(
-                instruction(downlink[c], server_round, self.outcomes.pop(c, None)),
+                instruction(
+                    downlink[c],
+                    server_round,
+                    self.outcomes.pop(c, None),
+                    state_round=before.received.get(str(c), 0),
+                ),
                 self.roster.node(c),
                 TRAIN,
                 ttl=self.settings.round_timeout_s,
@@ -159,10 +170,20 @@ class StarStrategy(Strategy):
         trained: dict[int, TrainReply] = {}
         rejected: dict[int, str] = {}
         dropped: dict[int, str] = {}
+        lost: dict[int, str] = {}
         for reply in replies:
             client = clients.get(reply.metadata.reply_to_message_id)
             if client is None or client in trained or client in rejected or client in dropped:
                 continue  # not an answer to this round's messages
+            if reply.has_error() and is_state_lost(reply.error.reason):
+                lost[client] = reply.error.reason
+                logger.warning(
+                    "round %d: client %d lost its state, re-synchronizing it: %s",
+                    server_round,
+                    client,
+                    reply.error.reason,
+                )
+                continue
             if reply.has_error():
                 dropped[client] = f"error {reply.error.code}: {reply.error.reason}"
                 continue
@@ -188,12 +209,12 @@ class StarStrategy(Strategy):
                         receipt.error,
                     )
         for client in open.messages:
-            if client not in trained and client not in rejected and client not in dropped:
+            if client not in trained and client not in rejected and client not in dropped | lost:
                 dropped[client] = "no reply by the deadline"
         for client, reason in sorted(dropped.items()):
             logger.warning("client %d dropped out: %s", client, reason)
             self.roster.drop(client)
-        answered = len(set(trained) | set(rejected))
+        answered = len(set(trained) | set(rejected) | set(lost))
         if answered < self.settings.min_replies:
             self.aggregator.state = open.before
             raise QuorumError(
@@ -202,6 +223,7 @@ class StarStrategy(Strategy):
                 f"{self.settings.min_replies}"
             )
         result = self.aggregator.finish_round()
+        self._resynchronize(lost)
         self.outcomes.update(result.delivered)
         self.outcomes.update({c: False for c in rejected if c not in trained})
         up = {c: len(r.update) for c, r in trained.items() if r.update is not None}
@@ -214,6 +236,7 @@ class StarStrategy(Strategy):
             rejected,
             dropped,
             result,
+            lost,
         )
         losses = [r.train_loss for r in trained.values()]
         metrics = MetricRecord(
@@ -225,9 +248,18 @@ class StarStrategy(Strategy):
                 "censored": len(result.silent),
                 "rejected": len(rejected),
                 "dropouts": len(dropped),
+                "state-lost": len(lost),
             }
         )
         return ArrayRecord({k: v.detach().cpu() for k, v in self.aggregator.model.items()}), metrics
+
+    def _resynchronize(self, clients: Iterable[int]) -> None:
+        """Makes `clients` start afresh: the full model, state round 0 (no kept state)."""
+        received = dict(self.aggregator.state.received)
+        for client in clients:
+            received.pop(str(client), None)
+            self.outcomes.pop(client, None)
+        self.aggregator.state = self.aggregator.state._replace(received=received)
 
     # ------------------------------------------------------------------ evaluation
 
@@ -323,15 +355,11 @@ class StarStrategy(Strategy):
                 self.roster.refuse(node, reason)
             return
         try:
-            replaced = self.roster.identified(node, read_identity(reply.content))
+            # A new node for a known client (a restarted host) continues from the state in
+            # its state folder; one that has none answers StateLost and is re-synchronized.
+            self.roster.identified(node, read_identity(reply.content))
         except WireError as exc:
             self.roster.refuse(node, f"malformed identity: {exc}")
-            return
-        if replaced is not None:
-            # A new node for a known client starts without the server's public copy.
-            received = dict(self.aggregator.state.received)
-            received.pop(str(replaced), None)
-            self.aggregator.state = self.aggregator.state._replace(received=received)
 
     def summary(self) -> None:
         """Logs the strategy's settings (Flower calls this when a run starts)."""

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from flwr.common.config import parse_config_args
 from typer.testing import CliRunner
 
 from thinwire.cli import app as cli
@@ -62,6 +63,11 @@ def test_a_supernode_serves_one_partition() -> None:
         "--node-config",
         "partition-id=1 num-partitions=3",
     ]
+    kept = supernode_command(superlink="h:8000", partition=1, state_dir=Path("/var/tw state"))
+    assert kept[-1] == 'partition-id=1 state-dir="/var/tw state"'
+    assert parse_config_args([kept[-1]]) == {"partition-id": 1, "state-dir": "/var/tw state"}
+    with pytest.raises(ValueError, match="without"):
+        supernode_command(superlink="h:8000", partition=1, state_dir=Path('/a"b'))
     tls = supernode_command(superlink="h:8000", partition=0, root_certificates=Path("ca.crt"))
     assert tls[1:3] == ["--root-certificates", "ca.crt"]
     assert tls[-1] == "partition-id=0"
@@ -216,7 +222,9 @@ def test_server_submits_with_flwr_run_and_reports_the_runs_status(
 # --------------------------------------------------------------------------- thinwire client
 
 
-def test_client_execs_a_supernode_for_its_partition(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_client_execs_a_supernode_for_its_partition(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     calls: list[tuple[str, list[str], dict[str, str]]] = []
     monkeypatch.setattr("shutil.which", lambda name: f"/opt/bin/{name}")
     monkeypatch.setattr("os.execve", lambda path, argv, env: calls.append((path, argv, env)))
@@ -228,9 +236,24 @@ def test_client_execs_a_supernode_for_its_partition(monkeypatch: pytest.MonkeyPa
     assert result.exit_code == 0, result.output
     ((path, argv, env),) = calls
     assert path == "/opt/bin/flower-supernode"
+    state_dir = (tmp_path / "flwr_home" / "thinwire-state").resolve()  # the default
     assert argv == supernode_command(
-        superlink="server:8000", partition=2, partitions=3, port=9100, insecure=True
+        superlink="server:8000",
+        partition=2,
+        partitions=3,
+        port=9100,
+        insecure=True,
+        state_dir=state_dir,
     )
+    assert state_dir.is_dir()
+    chosen = runner.invoke(
+        cli,
+        ["client", "--superlink", "s:1", "--partition", "0", "--insecure"]
+        + ["--state-dir", str(tmp_path / "mine")],
+    )
+    assert chosen.exit_code == 0, chosen.output
+    assert calls[-1][1][-1] == f'partition-id=0 state-dir="{tmp_path / "mine"}"'
+
     assert env["FLWR_TELEMETRY_ENABLED"] == "0" and env["FLWR_DISABLE_UPDATE_CHECK"] == "1"
 
 

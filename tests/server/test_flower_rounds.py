@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,17 @@ from flower_local import LocalGrid, set_task_identity
 from flwr.app import Array, ArrayRecord, Context, Message
 
 from thinwire.clients.flower_app import app as client_app
+from thinwire.clients.flower_state import experiment_digest
 from thinwire.config import Experiment, parse_config
 from thinwire.learning import load_federation
 from thinwire.metrics import RunRecorder, load_records
 from thinwire.server import sample_clients
-from thinwire.server.flower_messages import TRAIN, read_instruction
+from thinwire.server.flower_messages import (
+    TRAIN,
+    default_state_dir,
+    read_instruction,
+    read_run_config,
+)
 from thinwire.server.flower_rounds import FlowerStar, QuorumError
 from thinwire.simulate import simulate
 
@@ -221,6 +228,52 @@ def test_a_reply_without_update_bytes_is_a_silent_client(tmp_path: Path) -> None
     flower.run()
     records = flower.recorder.records
     assert [(r["updates_sent"], r["rejected"], r["dropouts"]) for r in records] == [(2, 0, 0)] * 3
+
+
+def mangling_before(
+    grid: LocalGrid, partition: int, round: int, mangle: Callable[[Path], None]
+) -> None:
+    """Runs `mangle` on `partition`'s state folder before its train message of `round`."""
+    node = grid.node(partition)
+    inner = grid.client_apps[node]
+
+    def app(message: Message, context: Context) -> Message:
+        is_train = message.metadata.message_type == TRAIN
+        if is_train and read_instruction(message.content).round == round:
+            exp = read_run_config(context.run_config).experiment
+            mangle(default_state_dir() / experiment_digest(exp) / f"client-{partition}")
+        return inner(message, context)
+
+    grid.client_apps[node] = app
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:-1])
+
+
+def test_a_mangled_state_folder_is_counted_and_its_client_resynchronized(
+    tmp_path: Path,
+) -> None:
+    exp = experiment(tmp_path, downlink=TOPK_EF, train={"rounds": 5, "local_steps": 4, "lr": 0.1})
+    grid = LocalGrid(run_config(exp), 3)
+    mangling_before(grid, 0, 2, shutil.rmtree)  # the whole folder
+    mangling_before(grid, 1, 3, lambda f: (f / "round-000002" / "manifest.json").unlink())
+    mangling_before(grid, 2, 4, lambda f: truncate(f / "round-000003" / "tensors.pt"))
+    flower = star(exp, grid, tmp_path)
+    flower.run()
+    records = flower.recorder.records
+    assert [r["state_lost"] for r in records] == [0, 1, 1, 1, 0]
+    assert [r["updates_sent"] for r in records] == [3, 2, 2, 2, 3]
+    assert [r["dropouts"] for r in records] == [0] * 5
+    sent = {
+        (read_instruction(m.content).round, m.metadata.dst_node_id): read_instruction(m.content)
+        for m in grid.sent_of_type(TRAIN)
+    }
+    for client, lost in ((0, 2), (1, 3), (2, 4)):
+        resync = sent[(lost + 1, grid.node(client))]
+        assert resync.state_round == 0  # a fresh state, and the full model:
+        assert len(resync.downlink) > len(sent[(lost + 1, grid.node((client + 1) % 3))].downlink)
+    assert records[-1]["loss"] < records[0]["loss"]  # and the run went on learning
 
 
 def test_a_node_that_stops_answering_drops_out_and_the_run_finishes(

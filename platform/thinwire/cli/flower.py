@@ -257,6 +257,16 @@ def client(
     ] = 9094,
     insecure: InsecureOpt = False,
     root_certificates: RootCertificatesOpt = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--state-dir",
+            help="Node-local folder for the client's state between rounds (residuals, model "
+            "copy), kept across runs and restarts [default: $FLWR_HOME/thinwire-state, "
+            "FLWR_HOME defaulting to ~/.flwr].",
+            file_okay=False,
+        ),
+    ] = None,
 ) -> None:
     """Start a Flower SuperNode that trains as one client (run one per client host).
 
@@ -264,14 +274,22 @@ def client(
     Flower's telemetry and update check off. Every run's experiment arrives with the run;
     training uses CUDA when the experiment says `device: auto` and this host has a GPU.
     Without --insecure the connection uses TLS, trusting --root-certificates or the system.
+    The client's state between rounds lives in --state-dir, keyed by experiment and
+    partition, so a resumed run or a restarted SuperNode continues from it.
     """
     import os
     import shutil
 
     from thinwire.server.flower_deploy import flower_environment, supernode_command
+    from thinwire.server.flower_messages import default_state_dir
 
     if insecure and root_certificates is not None:
         fail("pass either --insecure or --root-certificates, not both")
+    state_dir = (state_dir or default_state_dir()).resolve()
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"cannot create the state folder {state_dir}: {exc}")
     try:
         command = supernode_command(
             superlink=superlink,
@@ -280,6 +298,7 @@ def client(
             port=port,
             insecure=insecure,
             root_certificates=root_certificates,
+            state_dir=state_dir,
         )
     except ValueError as exc:
         fail(str(exc))
