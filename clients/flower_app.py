@@ -149,8 +149,9 @@ def _client(context: Context) -> Client:
 def _store(context: Context, client: Client) -> StateStore:
     """The node's store of this client's states.
 
-    It keeps one round more than `runtime.checkpoint_every`, so a server resumed from its
-    latest checkpoint finds every client's state at the checkpoint's round.
+    It keeps one round more than `runtime.checkpoint_every` (and at least two), so a server
+    resumed from its latest checkpoint, or from the one it writes when a round fails, finds
+    every client's state at the checkpoint's round even if the client trained the next.
     """
     runtime = client.experiment.runtime
     every = runtime.checkpoint_every if isinstance(runtime, FlowerRuntime) else 0
@@ -158,7 +159,7 @@ def _store(context: Context, client: Client) -> StateStore:
         node_state_dir(context.node_config),
         experiment=experiment_digest(client.experiment),
         partition=client.index,
-        keep=every + 1,
+        keep=max(2, every + 1),
     )
 
 

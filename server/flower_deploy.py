@@ -17,8 +17,11 @@ SuperExec task poll (the default 1 s adds up to a second to every message).
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
+import sys
 import tomllib
 from collections.abc import Mapping
 from importlib import metadata
@@ -39,6 +42,7 @@ from thinwire.server.flower_messages import (
 __all__ = [
     "CLIENT_APP",
     "CONNECTION",
+    "die_with_parent",
     "SERVER_APP",
     "SUPERLINK_PORT",
     "SUPERNODE_PORT",
@@ -68,6 +72,25 @@ _ENVIRONMENT = {
 def flower_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """`base` (default: this process's environment) with Flower's settings for thinwire."""
     return {**(os.environ if base is None else base), **_ENVIRONMENT}
+
+
+def die_with_parent() -> None:
+    """A `preexec_fn`: the child gets SIGTERM when its parent dies (Linux; elsewhere no-op).
+
+    What a daemon started for the length of a command (a SuperLink by `thinwire server
+    --start-superlink`, a SuperNode by `thinwire client`) needs so that it never outlives
+    that command, even when the command is SIGKILLed.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def _trust(insecure: bool, root_certificates: Path | None) -> list[str]:

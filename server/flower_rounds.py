@@ -73,11 +73,14 @@ class FlowerStar:
             experiment=experiment, workspace=workspace, initial=workspace.tensors()
         )
         self.cum_up = self.cum_down = 0
+        delivered: dict[int, bool] = {}
         if resume is not None:
             checkpoint = load_checkpoint(resume, aggregator)
             aggregator.state = checkpoint.state
             self.cum_up, self.cum_down = checkpoint.cum_bytes_up, checkpoint.cum_bytes_down
+            delivered = checkpoint.delivered
         self.strategy = StarStrategy(experiment=experiment, aggregator=aggregator)
+        self.strategy.outcomes.update(delivered)
         self.settings = self.strategy.settings
         self.roster = self.strategy.roster
         self.channel = Channel(experiment.channel, experiment.data.clients)
@@ -136,6 +139,7 @@ class FlowerStar:
             state=state,
             cum_bytes_up=self.cum_up,
             cum_bytes_down=self.cum_down,
+            delivered=self.strategy.outcomes,
         )
         return path
 

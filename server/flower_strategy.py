@@ -89,6 +89,7 @@ class RoundOutcome(NamedTuple):
 class _OpenRound(NamedTuple):
     round: int
     before: AggregatorState  # the server before the round, restored if the round fails
+    told: dict[int, bool]  # `outcomes` before the round, restored with it
     messages: dict[int, Message]  # client -> its message (ids are set once pushed)
     bytes_down: dict[int, int]
 
@@ -132,7 +133,7 @@ class StarStrategy(Strategy):
         if len(participants) < len(sampled):
             absent = sorted(set(sampled) - live)
             logger.warning("round %d: sampled clients %s are not connected", server_round, absent)
-        before = self.aggregator.state
+        before, told = self.aggregator.state, dict(self.outcomes)
         downlink = self.aggregator.broadcast(server_round, participants)
         messages = {
             c: Message(
@@ -150,7 +151,7 @@ class StarStrategy(Strategy):
             for c in participants
         }
         down = {c: len(downlink[c]) for c in participants}
-        self._open = _OpenRound(server_round, before, messages, down)
+        self._open = _OpenRound(server_round, before, told, messages, down)
         return list(messages.values())
 
     def aggregate_train(
@@ -216,7 +217,7 @@ class StarStrategy(Strategy):
             self.roster.drop(client)
         answered = len(set(trained) | set(rejected) | set(lost))
         if answered < self.settings.min_replies:
-            self.aggregator.state = open.before
+            self.aggregator.state, self.outcomes = open.before, open.told
             raise QuorumError(
                 f"round {server_round}: {answered} of {len(open.messages)} clients answered "
                 f"within {self.settings.round_timeout_s:g} s; runtime.min_replies is "
