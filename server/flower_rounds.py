@@ -8,7 +8,8 @@ matter for a deployment:
 - replies are pulled every `runtime.poll_interval_s` (Flower's loop pulls every 3 s, which
   sets the pace of a round on a fast network), and identify queries to nodes that connect
   later are answered while rounds run;
-- a round waits until every participant has answered or `runtime.round_timeout_s` passed;
+- a round waits until every participant has answered or `runtime.round_timeout_s` passed
+  (the first round, whose ClientApps all start cold, `runtime.first_round_timeout_s`);
   a client that has not answered by then drops out (the strategy counts it), and the run
   stops with a checkpoint when fewer than `runtime.min_replies` answered;
 - each round's record (bytes: `len()` of the update and downlink bytes that travelled,
@@ -163,8 +164,9 @@ class FlowerStar:
                 f"{settings.min_replies}. Resume with --resume {path}"
             )
         messages = self.strategy.configure_train(round, ArrayRecord(), ConfigRecord(), self.grid)
+        deadline_s = self.strategy.deadline_s(round)
         try:
-            self.strategy.aggregate_train(round, self._exchange(list(messages)))
+            self.strategy.aggregate_train(round, self._exchange(list(messages), deadline_s))
         except QuorumError as exc:
             path = self._checkpoint()
             raise QuorumError(f"{exc}. Resume with --resume {path}") from None
@@ -210,7 +212,9 @@ class FlowerStar:
             self.strategy.configure_evaluate(round, ArrayRecord(), ConfigRecord(), self.grid)
         )
         if evaluate:
-            metrics = self.strategy.aggregate_evaluate(round, self._exchange(evaluate))
+            metrics = self.strategy.aggregate_evaluate(
+                round, self._exchange(evaluate, settings.round_timeout_s)
+            )
             assert metrics is not None
             record["client_accuracy"] = float(metrics["accuracy"])
             record["client_loss"] = float(metrics["loss"])
@@ -218,15 +222,15 @@ class FlowerStar:
         record["wall_s"] = time.perf_counter() - start
         return record
 
-    def _exchange(self, messages: list[Message]) -> list[Message]:
-        """Pushes `messages`; returns the replies that came within `round_timeout_s`."""
+    def _exchange(self, messages: list[Message], deadline_s: float) -> list[Message]:
+        """Pushes `messages`; returns the replies that came within `deadline_s`."""
         replies: list[Message] = []
         ids = self.exchange.push(messages, replies.append)
         refused = sum(1 for i in ids if not i)
         if refused:
             logger.warning("the SuperLink refused %d of %d messages", refused, len(ids))
         expected = len(ids) - refused
-        deadline = time.monotonic() + self.settings.round_timeout_s
+        deadline = time.monotonic() + deadline_s
         self.exchange.wait(lambda: len(replies) >= expected, deadline)
         self.exchange.forget(ids)
         return replies

@@ -113,10 +113,19 @@ class StarStrategy(Strategy):
         self.roster = roster if roster is not None else Roster(experiment.data.clients)
         self.dense = ModelCodec.dense(aggregator.workspace.spec)
         self.outcomes: dict[int, bool] = {}  # client -> did its last update count
+        self.first_round = aggregator.state.round + 1  # the round whose clients start cold
         self.last_round: RoundOutcome | None = None
         self._open: _OpenRound | None = None
         self._evaluating: dict[int, Message] = {}
         self._evaluation_bytes = 0
+
+    def deadline_s(self, server_round: int) -> float:
+        """How long `server_round` waits for its replies (the first round, longer)."""
+        settings = self.settings
+        if server_round != self.first_round:
+            return settings.round_timeout_s
+        first = settings.first_round_timeout_s
+        return first if first is not None else 2 * settings.round_timeout_s
 
     # ------------------------------------------------------------------ training
 
@@ -145,7 +154,7 @@ class StarStrategy(Strategy):
                 ),
                 self.roster.node(c),
                 TRAIN,
-                ttl=self.settings.round_timeout_s,
+                ttl=self.deadline_s(server_round),
                 group_id=str(server_round),
             )
             for c in participants
@@ -220,7 +229,7 @@ class StarStrategy(Strategy):
             self.aggregator.state, self.outcomes = open.before, open.told
             raise QuorumError(
                 f"round {server_round}: {answered} of {len(open.messages)} clients answered "
-                f"within {self.settings.round_timeout_s:g} s; runtime.min_replies is "
+                f"within {self.deadline_s(server_round):g} s; runtime.min_replies is "
                 f"{self.settings.min_replies}"
             )
         result = self.aggregator.finish_round()

@@ -189,3 +189,19 @@ def test_train_messages_carry_the_round_and_the_previous_delivery() -> None:
     assert [read_instruction(m.content).delivered for m in first] == [None] * 3
     assert [read_instruction(m.content).delivered for m in second] == [True] * 3
     assert {read_instruction(m.content).round for m in second} == {2}
+
+
+def test_the_first_round_after_a_start_waits_longer_for_its_cold_clients() -> None:
+    exp = experiment(runtime={"round_timeout_s": 5.0, "first_round_timeout_s": 42.0})
+    strategy, grid = strategy_and_grid(exp)
+    strategy.identify(grid)
+    ttls = []
+    for round in (1, 2):
+        messages = list(strategy.configure_train(round, ArrayRecord(), ConfigRecord(), grid))
+        ttls.append({m.metadata.ttl for m in messages})
+        strategy.aggregate_train(round, grid.send_and_receive(messages))
+    assert ttls == [{42.0}, {5.0}]
+    assert [strategy.deadline_s(r) for r in (1, 2, 3)] == [42.0, 5.0, 5.0]
+    default = StarStrategy(experiment=experiment(), aggregator=strategy.aggregator)
+    assert default.first_round == 3  # a resumed server's first round is the next one
+    assert default.deadline_s(3) == 10.0  # twice round_timeout_s
