@@ -183,15 +183,15 @@ class StarStrategy(Strategy):
         lost: dict[int, str] = {}
         for reply in replies:
             client = clients.get(reply.metadata.reply_to_message_id)
-            if client is None or client in trained or client in rejected or client in dropped:
-                continue  # not an answer to this round's messages
-            if reply.has_error() and is_state_lost(reply.error.reason):
-                lost[client] = reply.error.reason
+            if client is None or any(client in seen for seen in (trained, rejected, dropped, lost)):
+                continue  # not an answer to this round's messages (or a second one)
+            if reply.has_error() and is_state_lost(reply.error.reason or ""):
+                lost[client] = reply.error.reason or ""
                 logger.warning(
                     "round %d: client %d lost its state, re-synchronizing it: %s",
                     server_round,
                     client,
-                    reply.error.reason,
+                    lost[client],
                 )
                 continue
             if reply.has_error():
@@ -219,7 +219,7 @@ class StarStrategy(Strategy):
                         receipt.error,
                     )
         for client in open.messages:
-            if client not in trained and client not in rejected and client not in dropped | lost:
+            if not any(client in seen for seen in (trained, rejected, dropped, lost)):
                 dropped[client] = "no reply by the deadline"
         for client, reason in sorted(dropped.items()):
             logger.warning("client %d dropped out: %s", client, reason)
