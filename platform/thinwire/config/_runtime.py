@@ -150,6 +150,10 @@ class FlowerRuntime(Section):
     """Replies (with or without an update) a round needs by its deadline."""
     round_timeout_s: PositiveFloat = 600.0
     """How long a round waits for its participants; a missing reply is a dropout."""
+    first_round_timeout_s: PositiveFloat | None = None
+    """The deadline of the first round a server runs (a fresh start or a resume), in which
+    every ClientApp process starts cold (imports, data, the first optimizer step); None
+    gives it twice `round_timeout_s`."""
     connect_timeout_s: PositiveFloat = 300.0
     """How long the server waits for every partition's SuperNode before the first round."""
     poll_interval_s: Annotated[float, Field(gt=0.0, le=10.0)] = 0.1
