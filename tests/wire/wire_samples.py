@@ -9,6 +9,7 @@ import torch
 from thinwire.wire import (
     DenseSupport,
     Kind,
+    MultiScaleValues,
     Payload,
     QuantizedValues,
     RawValues,
@@ -24,7 +25,17 @@ from thinwire.wire import (
 from thinwire.wire import update_pb2 as pb
 
 SUPPORTS = ("dense", "sparse_gaps", "sparse_bitmap", "seeded_k", "seeded_block")
-VALUES = ("fp32", "fp16", "bf16", "qsgd_packed", "qsgd_sparse", "qsgd_bucketed", "sign")
+VALUES = (
+    "fp32",
+    "fp16",
+    "bf16",
+    "qsgd_packed",
+    "qsgd_sparse",
+    "qsgd_bucketed",
+    "sign",
+    "multiscale",
+    "multiscale_single",
+)
 
 
 def generator(seed: int) -> torch.Generator:
@@ -69,6 +80,16 @@ def values(kind: str, k: int, seed: int = 0) -> Values:
         return SignValues(
             torch.rand(k, generator=g) < 0.5, torch.rand(-(-k // bucket), generator=g), bucket
         )
+    if kind == "multiscale":
+        bucket = 6
+        levels = torch.randint(-7, 8, (k,), generator=g, dtype=torch.int8)
+        index = torch.randint(0, 3, (k,), generator=g, dtype=torch.uint8)
+        norms = torch.rand(-(-k // bucket), generator=g)
+        return MultiScaleValues(levels, index, norms, (7, 56, 448), 4, bucket)
+    if kind == "multiscale_single":
+        levels = torch.randint(-511, 512, (k,), generator=g, dtype=torch.int16)
+        index = torch.zeros(k, dtype=torch.uint8)
+        return MultiScaleValues(levels, index, torch.rand(1, generator=g), (300,), 10, 0)
     raise ValueError(kind)
 
 
@@ -141,3 +162,10 @@ def assert_same_payload(sent: Payload, got: Payload) -> None:
             assert got.values.bucket == bucket
             assert torch.equal(got.values.negative, negative)
             assert _bits_equal(got.values.scales, scales)
+        case MultiScaleValues(levels=levels, scale_index=index, norms=norms):
+            assert isinstance(got.values, MultiScaleValues)
+            got_header = (got.values.bits, got.values.scales, got.values.bucket)
+            assert got_header == (sent.values.bits, sent.values.scales, sent.values.bucket)
+            assert torch.equal(got.values.levels.to(torch.int64), levels.to(torch.int64))
+            assert torch.equal(got.values.scale_index, index)
+            assert _bits_equal(got.values.norms, norms)

@@ -17,10 +17,17 @@ Example:
 
 from thinwire.wire._errors import WireError
 from thinwire.wire._limits import SEEDED_DOMAIN_LIMIT, Limits
+from thinwire.wire._multiscale import (
+    MULTISCALE_BITS,
+    MULTISCALE_MAX_SCALES,
+    largest_level,
+    multiscale_problem,
+)
 from thinwire.wire._serialize import decode, encode
 from thinwire.wire.payload import (
     DenseSupport,
     Kind,
+    MultiScaleValues,
     Payload,
     QuantizedValues,
     RawValues,
@@ -36,10 +43,13 @@ from thinwire.wire.payload import (
 )
 
 __all__ = [
+    "MULTISCALE_BITS",
+    "MULTISCALE_MAX_SCALES",
     "SEEDED_DOMAIN_LIMIT",
     "DenseSupport",
     "Kind",
     "Limits",
+    "MultiScaleValues",
     "Payload",
     "QuantizedValues",
     "RawValues",
@@ -52,6 +62,8 @@ __all__ = [
     "Update",
     "Values",
     "client_id",
+    "largest_level",
+    "multiscale_problem",
     "WireError",
     "decode",
     "encode",

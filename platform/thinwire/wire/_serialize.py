@@ -24,10 +24,12 @@ from thinwire.wire import update_pb2 as pb
 from thinwire.wire._errors import WireError
 from thinwire.wire._indices import read_indices, write_indices
 from thinwire.wire._limits import FORMAT_VERSION, MAX_SENDER_BYTES, SEEDED_DOMAIN_LIMIT, Limits
+from thinwire.wire._multiscale import read_multiscale, write_multiscale
 from thinwire.wire._values import read_values, write_values
 from thinwire.wire.payload import (
     DenseSupport,
     Kind,
+    MultiScaleValues,
     Payload,
     SeededSupport,
     SeedScheme,
@@ -81,7 +83,10 @@ def encode(update: Update) -> bytes:
         try:
             tensor = message.tensors.add(name=name, shape=payload.shape)
             count = _write_support(payload.support, payload.numel, tensor)
-            write_values(payload.values, count, tensor)
+            if isinstance(payload.values, MultiScaleValues):
+                write_multiscale(payload.values, count, tensor.multiscale)
+            else:
+                write_values(payload.values, count, tensor)
         except ValueError as error:
             raise ValueError(f"tensor {name!r}: {error}") from None
     return message.SerializeToString(deterministic=True)
@@ -247,6 +252,8 @@ def _read_tensor(tensor: pb.Tensor, expected: TensorSpec, limits: Limits) -> Pay
         shape = tuple(tensor.shape) if len(tensor.shape) <= 8 else f"<{len(tensor.shape)} dims>"
         raise WireError(f"shape {shape} does not match the expected {expected.shape}")
     support, count = _read_support(tensor, expected.numel)
+    if tensor.WhichOneof("values") == "multiscale":
+        return Payload(expected.shape, support, read_multiscale(tensor.multiscale, count, limits))
     return Payload(expected.shape, support, read_values(tensor, count, limits))
 
 

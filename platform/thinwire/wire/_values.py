@@ -1,5 +1,7 @@
 """Carried values on the wire: raw floats, QSGD levels and scaled signs.
 
+Multi-scale levels have a module of their own, `_multiscale`, which reuses the norm helpers.
+
 QSGD levels travel in whichever of two forms is smaller: every level bit-packed at
 ceil(log2(2s + 1)) bits, or, when most levels are zero (a fine quantizer on a long vector, as
 in the QSGD paper's Elias coding), the non-zero levels' positions and magnitudes Rice-coded
@@ -26,7 +28,15 @@ from thinwire.wire._errors import WireError
 from thinwire.wire._limits import Limits
 from thinwire.wire.payload import QuantizedValues, RawValues, SignValues, Values
 
-__all__ = ["bucket_count", "level_width", "read_values", "write_values"]
+__all__ = [
+    "bucket_count",
+    "floats_bytes",
+    "host_array",
+    "level_width",
+    "read_scales",
+    "read_values",
+    "write_values",
+]
 
 
 class _RawType(NamedTuple):
@@ -64,7 +74,7 @@ def _level_dtype(s: int) -> np.dtype:
     return next(d for d in _LEVEL_DTYPES if s < 1 << (8 * d.itemsize - 1))
 
 
-def _host(tensor: torch.Tensor) -> np.ndarray:
+def host_array(tensor: torch.Tensor) -> np.ndarray:
     """The flattened tensor as a CPU numpy array; only its own (k) elements move."""
     flat = tensor.detach().reshape(-1)
     if flat.dtype == torch.bfloat16:
@@ -72,12 +82,12 @@ def _host(tensor: torch.Tensor) -> np.ndarray:
     return flat.cpu().numpy()
 
 
-def _floats(tensor: torch.Tensor, what: str, count: int) -> bytes:
+def floats_bytes(tensor: torch.Tensor, what: str, count: int) -> bytes:
     if tensor.dtype != torch.float32:
         raise ValueError(f"{what} must be float32, got {tensor.dtype}")
     if tensor.numel() != count:
         raise ValueError(f"{what}: expected {count} entries, got {tensor.numel()}")
-    return _host(tensor).astype(_FLOAT32, copy=False).tobytes()
+    return host_array(tensor).astype(_FLOAT32, copy=False).tobytes()
 
 
 # ------------------------------------------------------------------------------- encode
@@ -103,7 +113,7 @@ def write_values(values: Values, count: int, tensor: pb.Tensor) -> None:
                 )
             _check_count(data.numel(), count)
             tensor.raw.dtype = raw.wire  # type: ignore[assignment]
-            tensor.raw.data = _host(data).astype(raw.numpy, copy=False).tobytes()
+            tensor.raw.data = host_array(data).astype(raw.numpy, copy=False).tobytes()
         case QuantizedValues():
             _write_quantized(values, count, tensor.quantized)
         case SignValues(negative=negative, scales=scales, bucket=bucket):
@@ -113,8 +123,8 @@ def write_values(values: Values, count: int, tensor: pb.Tensor) -> None:
                 raise ValueError(f"sign bucket must be >= 0, got {bucket}")
             _check_count(negative.numel(), count)
             tensor.sign.bucket = bucket
-            tensor.sign.scales = _floats(scales, "sign scales", bucket_count(count, bucket))
-            tensor.sign.negative = np.packbits(_host(negative), bitorder="little").tobytes()
+            tensor.sign.scales = floats_bytes(scales, "sign scales", bucket_count(count, bucket))
+            tensor.sign.negative = np.packbits(host_array(negative), bitorder="little").tobytes()
         case _:
             raise TypeError(f"expected RawValues, QuantizedValues or SignValues, got {values!r}")
 
@@ -131,12 +141,12 @@ def _write_quantized(values: QuantizedValues, count: int, out: pb.QuantizedValue
     if values.levels.dtype.is_floating_point or values.levels.dtype == torch.bool:
         raise ValueError(f"QSGD levels must be an integer tensor, got {values.levels.dtype}")
     _check_count(values.levels.numel(), count)
-    levels = _host(values.levels)
+    levels = host_array(values.levels)
     if count and not -s <= int(levels.min()) <= int(levels.max()) <= s:
         raise ValueError(f"QSGD levels must lie in [-{s}, {s}]")
     out.levels = s
     out.bucket = bucket
-    out.norms = _floats(values.norms, "QSGD norms", bucket_count(count, bucket))
+    out.norms = floats_bytes(values.norms, "QSGD norms", bucket_count(count, bucket))
     packed_nbytes = _bits.packed_nbytes(count, level_width(s))
     nonzero = int(np.count_nonzero(levels))
     # The entropy-coded form spends at least 3 bits per non-zero level (position,
@@ -202,7 +212,7 @@ def read_values(tensor: pb.Tensor, count: int, limits: Limits) -> Values:
         return _read_quantized(tensor.quantized, count, limits)
     if which == "sign":
         return _read_sign(tensor.sign, count)
-    raise WireError("has no values (raw, quantized or sign)")
+    raise WireError("has no values (raw, quantized, sign or multiscale)")
 
 
 def _read_raw(raw: pb.RawValues, count: int, limits: Limits) -> RawValues:
@@ -243,7 +253,7 @@ def _first_nonfinite(array: np.ndarray, kind: _RawType) -> int | None:
     return int(np.argmax(bad)) if bad.any() else None
 
 
-def _read_scales(data: bytes, count: int, bucket: int, what: str) -> torch.Tensor:
+def read_scales(data: bytes, count: int, bucket: int, what: str) -> torch.Tensor:
     """Per-bucket float32 norms or scales: exact count, all finite and non-negative."""
     expected = bucket_count(count, bucket)
     if len(data) != 4 * expected:
@@ -271,7 +281,7 @@ def _read_quantized(q: pb.QuantizedValues, count: int, limits: Limits) -> Quanti
     s = q.levels
     if not 1 <= s <= limits.max_levels:
         raise WireError(f"QSGD levels s={s} out of range [1, {limits.max_levels}]")
-    norms = _read_scales(q.norms, count, q.bucket, "QSGD norms")
+    norms = read_scales(q.norms, count, q.bucket, "QSGD norms")
     dtype = _level_dtype(s)
     codes = q.WhichOneof("codes")
     if codes == "packed":
@@ -342,6 +352,6 @@ def _read_sparse_levels(sparse: pb.SparseLevels, count: int, s: int, dtype: np.d
 
 
 def _read_sign(sign: pb.SignValues, count: int) -> SignValues:
-    scales = _read_scales(sign.scales, count, sign.bucket, "sign scales")
+    scales = read_scales(sign.scales, count, sign.bucket, "sign scales")
     negative = _read_bit_flags(sign.negative, count, "sign bits")
     return SignValues(torch.from_numpy(negative), scales, sign.bucket)

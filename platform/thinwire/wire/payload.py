@@ -18,6 +18,7 @@ import torch
 __all__ = [
     "DenseSupport",
     "Kind",
+    "MultiScaleValues",
     "Payload",
     "QuantizedValues",
     "RawValues",
@@ -111,7 +112,19 @@ class SignValues:
     bucket: int  # carried values per scale; 0 means a single bucket
 
 
-Values = RawValues | QuantizedValues | SignValues
+@dataclass(frozen=True, slots=True)
+class MultiScaleValues:
+    """Multi-scale levels: value_i = norms[i // bucket] * levels[i] / scales[scale_index[i]]."""
+
+    levels: torch.Tensor  # (k,) int8/int16, |level| <= 2**(bits - 1) - 1
+    scale_index: torch.Tensor  # (k,) uint8, each < len(scales)
+    norms: torch.Tensor  # (ceil(k / bucket),) float32; one entry when bucket == 0
+    scales: tuple[int, ...]  # levels per unit norm, strictly increasing
+    bits: int  # width of a level code
+    bucket: int  # carried values per norm; 0 means a single bucket
+
+
+Values = RawValues | QuantizedValues | SignValues | MultiScaleValues
 
 
 def _count(values: Values) -> int:
@@ -122,6 +135,8 @@ def _count(values: Values) -> int:
             return int(levels.numel())
         case SignValues(negative=negative):
             return int(negative.numel())
+        case MultiScaleValues(levels=levels):
+            return int(levels.numel())
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +178,15 @@ def _move_values(values: Values, device: torch.device | str) -> Values:
             return QuantizedValues(levels.to(device), norms.to(device), s, bucket)
         case SignValues(negative=negative, scales=scales, bucket=bucket):
             return SignValues(negative.to(device), scales.to(device), bucket)
+        case MultiScaleValues(levels=levels, scale_index=index, norms=norms):
+            return MultiScaleValues(
+                levels.to(device),
+                index.to(device),
+                norms.to(device),
+                values.scales,
+                values.bits,
+                values.bucket,
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,7 +62,7 @@ class Update(_message.Message):
     def __init__(self, format: _Optional[int] = ..., sender: _Optional[str] = ..., round: _Optional[int] = ..., kind: _Optional[_Union[Kind, str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., tensors: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
 
 class Tensor(_message.Message):
-    __slots__ = ("name", "shape", "dense", "sparse", "seeded", "raw", "quantized", "sign")
+    __slots__ = ("name", "shape", "dense", "sparse", "seeded", "raw", "quantized", "sign", "multiscale")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     DENSE_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +71,7 @@ class Tensor(_message.Message):
     RAW_FIELD_NUMBER: _ClassVar[int]
     QUANTIZED_FIELD_NUMBER: _ClassVar[int]
     SIGN_FIELD_NUMBER: _ClassVar[int]
+    MULTISCALE_FIELD_NUMBER: _ClassVar[int]
     name: str
     shape: _containers.RepeatedScalarFieldContainer[int]
     dense: DenseSupport
@@ -79,7 +80,8 @@ class Tensor(_message.Message):
     raw: RawValues
     quantized: QuantizedValues
     sign: SignValues
-    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., dense: _Optional[_Union[DenseSupport, _Mapping]] = ..., sparse: _Optional[_Union[SparseSupport, _Mapping]] = ..., seeded: _Optional[_Union[SeededSupport, _Mapping]] = ..., raw: _Optional[_Union[RawValues, _Mapping]] = ..., quantized: _Optional[_Union[QuantizedValues, _Mapping]] = ..., sign: _Optional[_Union[SignValues, _Mapping]] = ...) -> None: ...
+    multiscale: MultiScaleValues
+    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., dense: _Optional[_Union[DenseSupport, _Mapping]] = ..., sparse: _Optional[_Union[SparseSupport, _Mapping]] = ..., seeded: _Optional[_Union[SeededSupport, _Mapping]] = ..., raw: _Optional[_Union[RawValues, _Mapping]] = ..., quantized: _Optional[_Union[QuantizedValues, _Mapping]] = ..., sign: _Optional[_Union[SignValues, _Mapping]] = ..., multiscale: _Optional[_Union[MultiScaleValues, _Mapping]] = ...) -> None: ...
 
 class DenseSupport(_message.Message):
     __slots__ = ()
@@ -164,3 +166,19 @@ class SignValues(_message.Message):
     scales: bytes
     negative: bytes
     def __init__(self, bucket: _Optional[int] = ..., scales: _Optional[bytes] = ..., negative: _Optional[bytes] = ...) -> None: ...
+
+class MultiScaleValues(_message.Message):
+    __slots__ = ("bits", "scales", "bucket", "norms", "levels", "scale_index")
+    BITS_FIELD_NUMBER: _ClassVar[int]
+    SCALES_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_FIELD_NUMBER: _ClassVar[int]
+    NORMS_FIELD_NUMBER: _ClassVar[int]
+    LEVELS_FIELD_NUMBER: _ClassVar[int]
+    SCALE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    bits: int
+    scales: _containers.RepeatedScalarFieldContainer[int]
+    bucket: int
+    norms: bytes
+    levels: bytes
+    scale_index: bytes
+    def __init__(self, bits: _Optional[int] = ..., scales: _Optional[_Iterable[int]] = ..., bucket: _Optional[int] = ..., norms: _Optional[bytes] = ..., levels: _Optional[bytes] = ..., scale_index: _Optional[bytes] = ...) -> None: ...
