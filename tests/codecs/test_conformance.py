@@ -78,6 +78,19 @@ TABLE: dict[str, tuple[tuple[str, str], dict]] = {
     ),
     "quantize-sign": (("quantizer", "sign"), {"quantize": {"kind": "sign", "bucket": 32}}),
     "sign-top-k": (("quantizer", "sign"), {"select": TOPK, "quantize": {"kind": "sign"}}),
+    # omega = min(64 / (4 * 7^2), 8 / 7) < 1 for 4-bit levels in buckets of 64.
+    "quantize-multiscale_qsgd": (
+        ("quantizer", "multiscale_qsgd"),
+        {"quantize": {"kind": "multiscale_qsgd", "bits": 4, "scales": 3, "bucket": 64}},
+    ),
+    "quantize-multiscale_qsgd-single-scale": (
+        ("quantizer", "multiscale_qsgd"),
+        {"quantize": {"kind": "multiscale_qsgd", "bits": 5, "scales": 1, "bucket": 0}},
+    ),
+    "topk-multiscale_qsgd": (
+        ("quantizer", "multiscale_qsgd"),
+        {"select": TOPK, "quantize": {"kind": "multiscale_qsgd", "bucket": 0}},
+    ),
     "feedback-none": (("feedback", "none"), {"select": TOPK, "error_feedback": False}),
     "feedback-residual": (("feedback", "residual"), {"select": TOPK, "error_feedback": True}),
     "feedback-dgc": (

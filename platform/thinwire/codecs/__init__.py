@@ -25,6 +25,7 @@ from thinwire.codecs.base import (
 from thinwire.codecs.bounds import information_bits
 from thinwire.codecs.feedback import DGCState, ErrorFeedbackState, with_dgc, with_error_feedback
 from thinwire.codecs.masked import SharedMaskState, install_mask, shared_mask
+from thinwire.codecs.multiscale import MultiScaleState, multiscale_qsgd
 from thinwire.codecs.oktopk import OkTopKState, ok_top_k
 from thinwire.codecs.quantize import QSGDState, cast, qsgd, scaled_sign
 from thinwire.codecs.registry import (
@@ -56,6 +57,7 @@ __all__ = [
     "DGCState",
     "EmptyState",
     "ErrorFeedbackState",
+    "MultiScaleState",
     "OkTopKState",
     "QSGDState",
     "Quantizer",
@@ -74,6 +76,7 @@ __all__ = [
     "information_bits",
     "install_mask",
     "kinds",
+    "multiscale_qsgd",
     "ok_top_k",
     "qsgd",
     "random_block",

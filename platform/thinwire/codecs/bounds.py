@@ -3,7 +3,8 @@
 A payload carries a set of coordinates and their values. Whatever the coding, the set costs
 at least log2 C(n, k) bits when it is explicit (one of C(n, k) equally likely subsets), and
 a seed (64 bits) when the receiver regenerates it; the values cost their float width, the
-empirical entropy of QSGD's levels, or one bit per sign, plus 32 bits per norm or scale.
+empirical entropy of QSGD's levels (of multi-scale (scale, level) pairs), or one bit per
+sign, plus 32 bits per norm or scale.
 `len(thinwire.wire.encode(update))` divided by this bound (over 8) says how close the wire
 coding comes (the design's goal: within 10% for sparse tensors).
 
@@ -26,6 +27,7 @@ import torch
 
 from thinwire.wire.payload import (
     DenseSupport,
+    MultiScaleValues,
     Payload,
     QuantizedValues,
     RawValues,
@@ -72,4 +74,8 @@ def information_bits(payload: Payload) -> float:
             bits += entropy_bits(levels) + 32 * norms.numel()
         case SignValues(scales=scales):
             bits += k + 32 * scales.numel()
+        case MultiScaleValues(levels=levels, scale_index=index, norms=norms):
+            # Joint entropy of (scale, level) pairs: the two are strongly dependent.
+            pairs = index.long() * (1 << 16) + levels.long()
+            bits += entropy_bits(pairs) + 32 * norms.numel()
     return bits

@@ -12,7 +12,8 @@ A form is a short string, so an error can name both sides:
     codec sends dense or sparse support with fp32 values
 
 Support forms: `dense`, `sparse`, `seeded random_k`, `seeded random_block`. Values forms:
-`fp32`, `fp16`, `bf16`, `qsgd(s=<levels>, bucket=<b>)`, `sign(bucket=<b>)`.
+`fp32`, `fp16`, `bf16`, `qsgd(s=<levels>, bucket=<b>)`, `sign(bucket=<b>)`,
+`multiscale(bits=<b>, scales=<s_0>/<s_1>/..., bucket=<b>)`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 from thinwire.wire import WireError
 from thinwire.wire.payload import (
     DenseSupport,
+    MultiScaleValues,
     Payload,
     QuantizedValues,
     RawValues,
@@ -44,6 +46,7 @@ __all__ = [
     "check_forms",
     "constant",
     "kept_supports",
+    "multiscale_form",
     "undeclared",
     "qsgd_form",
     "raw_form",
@@ -127,6 +130,11 @@ def sign_form(bucket: int) -> str:
     return f"sign(bucket={bucket})"
 
 
+def multiscale_form(bits: int, scales: tuple[int, ...], bucket: int) -> str:
+    """The form of multi-scale values: level width, scales and buckets."""
+    return f"multiscale(bits={bits}, scales={'/'.join(map(str, scales))}, bucket={bucket})"
+
+
 def support_form(support: Support) -> str:
     """The form of a decoded support."""
     match support:
@@ -147,6 +155,8 @@ def values_form(values: Values) -> str:
             return qsgd_form(s, bucket)
         case SignValues(bucket=bucket):
             return sign_form(bucket)
+        case MultiScaleValues(bits=bits, scales=scales, bucket=bucket):
+            return multiscale_form(bits, scales, bucket)
 
 
 def check_forms(payloads: Mapping[str, Payload], expected: Mapping[str, Forms]) -> None:

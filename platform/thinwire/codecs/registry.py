@@ -20,6 +20,7 @@ from thinwire import config as cfg
 from thinwire.codecs.base import Codec, Quantizer, Selector, Transform, chain
 from thinwire.codecs.feedback import with_dgc, with_error_feedback
 from thinwire.codecs.masked import shared_mask
+from thinwire.codecs.multiscale import multiscale_qsgd
 from thinwire.codecs.oktopk import ok_top_k
 from thinwire.codecs.quantize import cast, qsgd, scaled_sign
 from thinwire.codecs.seeded import random_block, random_k
@@ -86,6 +87,7 @@ _QUANTIZERS: dict[str, QuantizerFactory] = {
     "bf16": lambda c, seed: cast("bf16"),
     "qsgd": lambda c, seed: qsgd(c.levels, c.bucket, seed=seed),
     "sign": lambda c, seed: scaled_sign(c.bucket),
+    "multiscale_qsgd": lambda c, seed: multiscale_qsgd(c.bits, c.scale_list(), c.bucket, seed=seed),
 }
 _FEEDBACKS: dict[str, FeedbackFactory] = {
     "none": lambda c, codec: codec,

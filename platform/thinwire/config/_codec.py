@@ -211,7 +211,39 @@ class ScaledSign(Section):
     """Coordinates per scale (bucket); 0: one scale per tensor."""
 
 
-Quantize = Annotated[NoQuantizer | Cast | QSGD | ScaledSign, Field(discriminator="kind")]
+class MultiScaleQSGD(Section):
+    """Multi-scale unbiased quantization: b-bit levels, each at the finest scale it fits.
+
+    Scales s_j = (2**(bits - 1) - 1) * ratio**j for j < scales; one scale is the paper's
+    single-scale unbiased quantizer (max-norm QSGD with levels in `bits` bits).
+    """
+
+    kind: Literal["multiscale_qsgd"] = "multiscale_qsgd"
+    bits: Annotated[int, Field(ge=2, le=16)] = 4
+    """Bits per level code (a scale index of ceil(log2(scales)) bits travels with it)."""
+    scales: Annotated[int, Field(ge=1, le=16)] = 2
+    """Number of scales."""
+    ratio: Annotated[int, Field(ge=2, le=1024)] = 8
+    """Each scale is this many times finer than the one before."""
+    bucket: Annotated[int, Field(ge=0)] = 512
+    """Coordinates per norm (bucket); 0: one norm per tensor."""
+
+    @model_validator(mode="after")
+    def _finest_fits(self) -> MultiScaleQSGD:
+        finest = ((1 << (self.bits - 1)) - 1) * self.ratio ** (self.scales - 1)
+        if finest > 2**20:
+            raise ValueError(f"the finest scale {finest} is above 2**20; use fewer scales")
+        return self
+
+    def scale_list(self) -> tuple[int, ...]:
+        """The scales s_0 < ... < s_{m-1}, levels per unit norm."""
+        top = (1 << (self.bits - 1)) - 1
+        return tuple(top * self.ratio**j for j in range(self.scales))
+
+
+Quantize = Annotated[
+    NoQuantizer | Cast | QSGD | ScaledSign | MultiScaleQSGD, Field(discriminator="kind")
+]
 
 
 class NoFeedback(Section):
