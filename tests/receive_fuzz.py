@@ -41,6 +41,11 @@ CODECS: dict[str, dict[str, Any]] = {
     "sign": {"quantize": {"kind": "sign", "bucket": 256}},
     "topk_sign": {"select": {"kind": "topk", "density": 0.05}, "quantize": {"kind": "sign"}},
     "topk_qsgd": {"select": {"kind": "topk", "density": 0.05}, "quantize": {"kind": "qsgd"}},
+    "multiscale_qsgd": {"quantize": {"kind": "multiscale_qsgd", "bits": 4, "scales": 3}},
+    "topk_multiscale_qsgd": {
+        "select": {"kind": "topk", "density": 0.05},
+        "quantize": {"kind": "multiscale_qsgd", "bucket": 0},
+    },
     "wavelet_topk": {
         "scope": "model",
         "transform": {"kind": "wavelet", "wavelet": "sym2", "level": 3},
@@ -208,6 +213,8 @@ def _extreme_numbers(rng: random.Random, data: bytes, donors: Sequence[bytes]) -
                 tensor.quantized.norms = _float32s(tensor.quantized.norms, rng)
             elif which == "sign":
                 tensor.sign.scales = _float32s(tensor.sign.scales, rng)
+            elif which == "multiscale":
+                tensor.multiscale.norms = _float32s(tensor.multiscale.norms, rng)
 
     return _edit(data, edit)
 
@@ -225,6 +232,8 @@ def _all_extreme(rng: random.Random, data: bytes, donors: Sequence[bytes]) -> by
             tensor.quantized.norms = value * (len(tensor.quantized.norms) // 4)
         elif which == "sign":
             tensor.sign.scales = value * (len(tensor.sign.scales) // 4)
+        elif which == "multiscale":
+            tensor.multiscale.norms = value * (len(tensor.multiscale.norms) // 4)
 
     return _edit(data, edit)
 
@@ -233,7 +242,7 @@ def _count_lies(rng: random.Random, data: bytes, donors: Sequence[bytes]) -> byt
     def edit(message: pb.Update) -> None:
         tensor = rng.choice(message.tensors)
         count = rng.choice(BIG_COUNTS)
-        match rng.randrange(5):
+        match rng.randrange(7):
             case 0:
                 tensor.shape[rng.randrange(len(tensor.shape))] = count % 2**64
             case 1 if tensor.WhichOneof("support") == "sparse":
@@ -242,6 +251,10 @@ def _count_lies(rng: random.Random, data: bytes, donors: Sequence[bytes]) -> byt
                 tensor.seeded.count = count
             case 3 if tensor.WhichOneof("values") == "quantized":
                 tensor.quantized.levels = count % 2**32
+            case 4 if tensor.WhichOneof("values") == "multiscale":
+                tensor.multiscale.scales[-1] = count % 2**32
+            case 5 if tensor.WhichOneof("values") == "multiscale":
+                tensor.multiscale.scales.append(count % 2**32)
             case _:
                 tensor.shape.append(rng.randint(1, 3))
 
