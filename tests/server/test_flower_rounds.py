@@ -29,6 +29,7 @@ from thinwire.server.flower_rounds import FlowerStar, QuorumError
 from thinwire.simulate import simulate
 
 TOPK_EF = {"scope": "model", "select": {"kind": "topk", "density": 0.05}, "error_feedback": True}
+MULTISCALE = {"quantize": {"kind": "multiscale_qsgd", "bits": 4, "scales": 2, "bucket": 256}}
 
 
 def experiment(tmp_path: Path, **sections: Any) -> Experiment:
@@ -118,6 +119,7 @@ POLICY_KEYS = ("censored", "reused", "slot_successes", "slot_collisions", "slot_
             "channel": {"slots": 2},
         },
         {"privacy": PRIVACY, "codec": SHARED_MASK},
+        {"codec": MULTISCALE, "downlink": MULTISCALE},
     ],
     ids=[
         "topk-ef",
@@ -125,6 +127,7 @@ POLICY_KEYS = ("censored", "reused", "slot_successes", "slot_collisions", "slot_
         "censoring",
         "random-access",
         "dp-random-sparsification",
+        "multiscale-qsgd-both-ways",
     ],
 )
 def test_a_run_equals_the_simulated_run_bit_for_bit(tmp_path: Path, sections: dict) -> None:
