@@ -128,15 +128,17 @@ def mutate(message: Message, path: Path, field: FieldDescriptor, draw) -> None:
             holder.ClearField(field.containing_oneof.name)
         else:
             holder.ClearField(name)
-    elif field.is_repeated:  # Tensor.shape
+    elif field.is_repeated:  # Tensor.shape (uint64), MultiScaleValues.scales (uint32)
         shape = getattr(holder, name)
+        bits = 32 if field.type == FieldDescriptor.TYPE_UINT32 else 64
+        fitting = [v for v in INTERESTING if v < 2**bits]
         choice = draw(st.integers(0, 2))
         if choice == 0:
-            shape.append(draw(st.sampled_from(INTERESTING)))
+            shape.append(draw(st.sampled_from(fitting)))
         elif choice == 1 and len(shape):
             del shape[-1]
         elif len(shape):
-            shape[draw(st.integers(0, len(shape) - 1))] = draw(st.sampled_from(INTERESTING))
+            shape[draw(st.integers(0, len(shape) - 1))] = draw(st.sampled_from(fitting))
     elif field.type == FieldDescriptor.TYPE_BYTES:
         old = getattr(holder, name)
         new = draw(

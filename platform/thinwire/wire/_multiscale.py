@@ -104,9 +104,17 @@ def write_multiscale(values: MultiScaleValues, count: int, out: pb.MultiScaleVal
     out.scales.extend(scales)
     out.bucket = values.bucket
     out.norms = floats_bytes(values.norms, "multi-scale norms", bucket_count(count, values.bucket))
-    codes = level_array.astype(np.int32) + top
-    out.levels = _bits.pack(codes, values.bits).tobytes()
+    out.levels = _bits.pack(_codes(level_array, top), values.bits).tobytes()
     out.scale_index = _bits.pack(index_array, index_width(len(scales))).tobytes()
+
+
+def _codes(levels: np.ndarray, top: int) -> np.ndarray:
+    """Levels as codes level + L, in the unsigned twin of an 8- or 16-bit level dtype."""
+    itemsize = levels.dtype.itemsize
+    if itemsize <= 2 and 2 * top < 1 << (8 * itemsize):
+        # Wrap-around in the unsigned twin lands exactly on level + L, which fits.
+        return levels.view(f"<u{itemsize}") + np.dtype(f"<u{itemsize}").type(top)
+    return levels.astype(np.int64) + top
 
 
 def _read_codes(data: bytes, count: int, width: int, what: str) -> np.ndarray:
@@ -147,7 +155,10 @@ def read_multiscale(message: pb.MultiScaleValues, count: int, limits: Limits) ->
         raise WireError(
             f"multi-scale scale index {int(index[bad])} at {bad} names none of {len(scales)} scales"
         )
-    levels = (codes.astype(np.int32) - top).astype(_level_dtype(bits))
+    # Codes come back in the unsigned twin of the level dtype (u1 up to 8 bits, else u2):
+    # subtracting L in place and reading the bits as signed gives the levels, no copy.
+    codes -= codes.dtype.type(top)
+    levels = codes.view(_level_dtype(bits))
     return MultiScaleValues(
         torch.from_numpy(levels),
         torch.from_numpy(index.astype(np.uint8, copy=False)),
