@@ -4,6 +4,7 @@ import torch
 
 from thinwire.wire import (
     DenseSupport,
+    MultiScaleValues,
     Payload,
     QuantizedValues,
     RawValues,
@@ -46,6 +47,18 @@ def test_to_moves_every_tensor_and_keeps_the_rest():
             SeededSupport(9, SeedScheme.RANDOM_BLOCK, 2),
             SignValues(torch.ones(2, dtype=torch.bool), torch.ones(1), 0),
         ),
+        Payload(
+            (4,),
+            DenseSupport(),
+            MultiScaleValues(
+                torch.zeros(4, dtype=torch.int8),
+                torch.ones(4, dtype=torch.uint8),
+                torch.ones(1),
+                (7, 56),
+                4,
+                0,
+            ),
+        ),
     ]
     for p in payloads:
         moved = p.to("meta")
@@ -59,3 +72,10 @@ def test_to_moves_every_tensor_and_keeps_the_rest():
             getattr(moved.values, f.name) for f in moved.values.__dataclass_fields__.values()
         ]
         assert all(t.device.type == "meta" for t in tensors if isinstance(t, torch.Tensor))
+        fields = moved.values.__dataclass_fields__
+        kept = [getattr(p.values, f) for f in fields if not torch.is_tensor(getattr(p.values, f))]
+        assert kept == [
+            getattr(moved.values, f)
+            for f in fields
+            if not torch.is_tensor(getattr(moved.values, f))
+        ]
