@@ -1,0 +1,127 @@
+"""The collectives thinwire's DDP exchanges are built from, and the bytes they move.
+
+Every byte a rank hands to a collective is counted in a `Traffic`: `payload` is what the
+method needs to send (the serialized payload for an all-gather, the tensor bytes for an
+allreduce, indices and values for a sparse allreduce), `overhead` is the bookkeeping
+around it (size exchanges, the padding that makes all-gather buffers equal, thresholds,
+histograms), as decentralizepy counts `total_data` and `total_meta` apart. Counts are per
+rank and what the rank contributes, not what the collective's algorithm relays.
+
+All tensors stay on the device of the data they carry (CUDA for NCCL, CPU for gloo).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "Traffic",
+    "all_gather_bytes",
+    "all_gather_sparse",
+    "all_gather_tensors",
+    "allreduce_",
+    "world_size",
+]
+
+Group = dist.ProcessGroup | None
+
+
+class Traffic:
+    """Bytes this rank put into collectives, split into payload and overhead."""
+
+    __slots__ = ("overhead", "payload")
+
+    def __init__(self) -> None:
+        self.payload = 0  # bytes of data the method exchanges
+        self.overhead = 0  # bytes of sizes, padding, thresholds and other bookkeeping
+
+    def __repr__(self) -> str:
+        return f"Traffic(payload={self.payload}, overhead={self.overhead})"
+
+
+def world_size(group: Group) -> int:
+    """Number of ranks in `group` (the default group when None)."""
+    return dist.get_world_size(group)
+
+
+def allreduce_(
+    tensor: torch.Tensor, group: Group, traffic: Traffic, *, payload: bool = True
+) -> None:
+    """Sums `tensor` over the group in place (synchronously) and counts its bytes."""
+    nbytes = tensor.numel() * tensor.element_size()
+    if payload:
+        traffic.payload += nbytes
+    else:
+        traffic.overhead += nbytes
+    dist.all_reduce(tensor, group=group)
+
+
+def all_gather_tensors(
+    tensor: torch.Tensor, group: Group, traffic: Traffic, *, counted: int | None = None
+) -> list[torch.Tensor]:
+    """Every rank's `tensor` (all the same shape), in rank order.
+
+    `counted` is how many of its bytes are payload (the rest is padding, counted as
+    overhead); all of them when None.
+    """
+    nbytes = tensor.numel() * tensor.element_size()
+    useful = nbytes if counted is None else counted
+    traffic.payload += useful
+    traffic.overhead += nbytes - useful
+    out = [torch.empty_like(tensor) for _ in range(world_size(group))]
+    dist.all_gather(out, tensor.contiguous(), group=group)
+    return out
+
+
+def _gather_sizes(size: int, group: Group, device: torch.device, traffic: Traffic) -> list[int]:
+    mine = torch.tensor([size], dtype=torch.int64, device=device)
+    traffic.overhead += mine.element_size()
+    sizes = [torch.empty_like(mine) for _ in range(world_size(group))]
+    dist.all_gather(sizes, mine, group=group)
+    return [int(s.item()) for s in sizes]
+
+
+def all_gather_bytes(
+    data: bytes, group: Group, traffic: Traffic, *, device: torch.device
+) -> list[bytes]:
+    """Every rank's `data`, in rank order: sizes first, then buffers padded to the largest.
+
+    The buffers travel as uint8 tensors on `device` (NCCL needs CUDA tensors), so the
+    serialized bytes cross the host boundary once each way, as any wire format does.
+    """
+    sizes = _gather_sizes(len(data), group, device, traffic)
+    top = max(sizes)
+    if top == 0:
+        return [b"" for _ in sizes]
+    buffer = torch.zeros(top, dtype=torch.uint8)
+    if data:
+        buffer[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    gathered = all_gather_tensors(buffer.to(device), group, traffic, counted=len(data))
+    return [g[:n].cpu().numpy().tobytes() for g, n in zip(gathered, sizes, strict=True)]
+
+
+def all_gather_sparse(
+    indices: torch.Tensor, values: torch.Tensor, group: Group, traffic: Traffic
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Concatenates every rank's (indices, values) pairs of varying length (an allgatherv).
+
+    Sizes travel first; each rank pads its pairs to the largest count.
+    """
+    device = values.device
+    sizes = _gather_sizes(int(values.numel()), group, device, traffic)
+    top = max(sizes)
+    if top == 0:
+        return indices[:0], values[:0]
+    padded_i = torch.zeros(top, dtype=indices.dtype, device=device)
+    padded_v = torch.zeros(top, dtype=values.dtype, device=device)
+    padded_i[: indices.numel()] = indices
+    padded_v[: values.numel()] = values
+    own = indices.numel()
+    all_i = all_gather_tensors(padded_i, group, traffic, counted=own * indices.element_size())
+    all_v = all_gather_tensors(padded_v, group, traffic, counted=own * values.element_size())
+    keep = [slice(0, n) for n in sizes]
+    return (
+        torch.cat([t[s] for t, s in zip(all_i, keep, strict=True)]),
+        torch.cat([t[s] for t, s in zip(all_v, keep, strict=True)]),
+    )
