@@ -49,7 +49,7 @@ def _entry(rank, world, port, fn, args, out: Path, pg_timeout_s: float) -> None:
 
 
 def run_ranks(
-    fn, world: int, *args, tmp: Path, timeout_s: float = 60.0, pg_timeout_s: float = 30.0
+    fn, world: int, *args, tmp: Path, timeout_s: float = 150.0, pg_timeout_s: float = 60.0
 ) -> list[RankOutcome]:
     """Runs fn(rank, world, *args) on `world` ranks; kills what is left at the deadline."""
     ctx = mp.get_context("spawn")

@@ -9,7 +9,7 @@ from thinwire.ddp import OkTopk, PowerSGD, register
 from .ranks import results, run_ranks
 from .workers import die_mid_step, hook_against_reference, train_user_model
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
 
 TOPK = {"select": {"kind": "topk", "density": 0.05}, "error_feedback": True}
 CODECS = {
@@ -79,12 +79,13 @@ def test_a_users_own_model_trains_and_ranks_stay_identical(method, tmp_path):
 
 
 def test_a_rank_that_dies_mid_step_ends_the_others_with_an_error(tmp_path):
-    outcomes = run_ranks(die_mid_step, 3, 1, 2, tmp=tmp_path, timeout_s=60, pg_timeout_s=20)
+    # The survivors notice the closed connection, or give up at the 20 s group timeout.
+    outcomes = run_ranks(die_mid_step, 3, 1, 2, tmp=tmp_path, pg_timeout_s=20)
     assert outcomes[1].exitcode == 3
     for rank in (0, 2):
         assert outcomes[rank].exitcode == 1, outcomes[rank]
         assert outcomes[rank].error and "Error" in outcomes[rank].error
-        assert outcomes[rank].seconds < 50
+        assert outcomes[rank].seconds - outcomes[1].seconds < 25
 
 
 def test_register_refuses_a_model_that_is_not_ddp():

@@ -179,3 +179,14 @@ def die_mid_step(rank: int, world: int, victim: int, at_step: int):
             os._exit(3)
         loss.backward()
     return "finished"
+
+
+def runtime_rank(rank: int, world: int, raw: dict, run_dir: str):
+    """One rank of the ddp runtime (the process group is already up)."""
+    from pathlib import Path
+
+    from thinwire.config import Experiment
+    from thinwire.ddp.runtime import run_rank
+
+    result = run_rank(Experiment.model_validate(raw), run_dir=Path(run_dir))
+    return {"records": result.records, "model": result.model}

@@ -100,6 +100,7 @@ from thinwire.config._policy import (
 )
 from thinwire.config._runtime import (
     ChannelConfig,
+    DDPRuntime,
     FlowerRuntime,
     GossipRuntime,
     Runtime,
@@ -162,6 +163,7 @@ __all__ = [
     "ConstantTau",
     "ConstantThreshold",
     "CosineLR",
+    "DDPRuntime",
     "DGCFeedback",
     "DataConfig",
     "Density",
