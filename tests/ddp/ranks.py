@@ -1,4 +1,4 @@
-"""Runs a function on N gloo ranks on 127.0.0.1, each in its own process, with a deadline.
+"""Runs a function on N gloo (or NCCL) ranks on 127.0.0.1, each in its own process, with a deadline.
 
 Each rank's return value (or the text of its exception) comes back through a file, and
 every rank's fate is reported, so a test can check how ranks end when one of them dies.
@@ -30,11 +30,13 @@ class RankOutcome(NamedTuple):
     seconds: float  # from start until this rank's process ended
 
 
-def _entry(rank, world, port, fn, args, out: Path, pg_timeout_s: float) -> None:
+def _entry(rank, world, port, fn, args, out: Path, pg_timeout_s: float, backend: str) -> None:
     torch.set_num_threads(1)
     try:
+        if backend == "nccl":
+            torch.cuda.set_device(rank % torch.cuda.device_count())
         dist.init_process_group(
-            "gloo",
+            backend,
             init_method=f"tcp://127.0.0.1:{port}",
             rank=rank,
             world_size=world,
@@ -49,7 +51,13 @@ def _entry(rank, world, port, fn, args, out: Path, pg_timeout_s: float) -> None:
 
 
 def run_ranks(
-    fn, world: int, *args, tmp: Path, timeout_s: float = 150.0, pg_timeout_s: float = 60.0
+    fn,
+    world: int,
+    *args,
+    tmp: Path,
+    timeout_s: float = 150.0,
+    pg_timeout_s: float = 60.0,
+    backend: str = "gloo",
 ) -> list[RankOutcome]:
     """Runs fn(rank, world, *args) on `world` ranks; kills what is left at the deadline."""
     ctx = mp.get_context("spawn")
@@ -58,7 +66,7 @@ def run_ranks(
     port = free_port()
     start = time.monotonic()
     procs = [
-        ctx.Process(target=_entry, args=(r, world, port, fn, args, out, pg_timeout_s))
+        ctx.Process(target=_entry, args=(r, world, port, fn, args, out, pg_timeout_s, backend))
         for r in range(world)
     ]
     for p in procs:

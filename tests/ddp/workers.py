@@ -102,27 +102,39 @@ class OkTopkReference:
         return (summed * kept / len(accs)).reshape(grads[0].shape)
 
 
-def hook_against_reference(rank: int, world: int, method, shape: tuple[int, int], steps: int):
-    """Runs the hook on DDP(Linear) for `steps` backward passes; returns (errors, bytes)."""
+def hook_against_reference(
+    rank: int, world: int, method, shape: tuple[int, int], steps: int, device: str = "cpu"
+):
+    """Runs the hook on DDP(Linear) for `steps` backward passes; returns (errors, bytes).
+
+    On CUDA (NCCL) the model, data and gradients live on the rank's GPU; the reference runs
+    on the CPU from the same gradients.
+    """
     torch.manual_seed(0)
     net = nn.Linear(shape[1], shape[0], bias=False)
-    model = DistributedDataParallel(net)
+    if device == "cuda":
+        net = net.to(torch.cuda.current_device())
+        model = DistributedDataParallel(net, device_ids=[torch.cuda.current_device()])
+    else:
+        model = DistributedDataParallel(net)
     hook = register(model, codec=method, seed=HOOK_SEED)
     if isinstance(method, PowerSGD):
         reference = PowerSGDReference(method, world, shape)
     elif isinstance(method, OkTopk):
         reference = OkTopkReference(method, world, shape)
     else:
-        reference = CodecReference(method, world, net.weight)
+        reference = CodecReference(method, world, net.weight.cpu())
     errors = []
+    on = net.weight.device
     for step in range(steps):
-        data = [batch(step, j, shape[1], shape[0]) for j in range(world)]
-        grads = [linear_grad(net.weight, x, y) for x, y in data]
+        data = [tuple(t.to(on) for t in batch(step, j, shape[1], shape[0])) for j in range(world)]
+        grads = [linear_grad(net.weight, x, y).cpu() for x, y in data]
         expected = reference.step(step, grads)
         model.zero_grad()
         x, y = data[rank]
         ((model(x) - y) ** 2).mean().backward()
-        got = net.weight.grad
+        assert net.weight.grad.device == on  # the hook kept the gradient on its device
+        got = net.weight.grad.cpu()
         errors.append(float((got - expected).abs().max() / expected.abs().max().clamp_min(1e-12)))
     rank_bytes = reference.rank_bytes[rank] if isinstance(reference, CodecReference) else None
     return {"errors": errors, "stats": tuple(hook.stats()), "expected_bytes": rank_bytes}

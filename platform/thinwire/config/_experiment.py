@@ -19,13 +19,7 @@ from thinwire.config._policy import (
     PrivacyConfig,
     RandomAccessPolicy,
 )
-from thinwire.config._runtime import (
-    ChannelConfig,
-    DDPRuntime,
-    FlowerRuntime,
-    Runtime,
-    SimulationRuntime,
-)
+from thinwire.config._runtime import ChannelConfig, FlowerRuntime, Runtime, SimulationRuntime
 from thinwire.config._topology import (
     SPARQ_CODEC,
     ChocoGossip,
@@ -131,15 +125,6 @@ class Experiment(Section):
             raise ValueError(
                 f"runtime.min_replies is {self.runtime.min_replies} but a round samples "
                 f"only {sampled} client(s) (train.participation * data.clients)"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _ddp_fits(self) -> Experiment:
-        if isinstance(self.runtime, DDPRuntime) and self.topology.kind != "star":
-            raise ValueError(
-                f"runtime.kind 'ddp' runs the star's clients as ranks; topology "
-                f"{self.topology.kind!r} needs runtime.kind 'gossip'"
             )
         return self
 
