@@ -10,6 +10,11 @@ the collective that suits the method:
 - `PowerSGD(rank=...)`: allreduce of the P, then of the Q factors (`thinwire.ddp.powersgd`);
 - `OkTopk(density=...)`: Ok-Topk's sparse allreduce (`thinwire.ddp.oktopk`).
 
+Futures: a route that is one allreduce (dense casts, seeded supports) returns the
+collective's own future, so DDP overlaps it with the rest of the backward pass; the
+multi-stage routes (all-gather, PowerSGD, Ok-Topk) run their collectives inside the hook
+and return a completed future.
+
 State (codec states and residuals, PowerSGD's Q and residuals, Ok-Topk's thresholds) lives
 in the `HookState` that `register` returns, never on the model. DDP rebuilds its buckets
 once after the first iteration (in the order gradients became ready): a bucket of a new
