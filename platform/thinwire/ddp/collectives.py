@@ -21,6 +21,7 @@ __all__ = [
     "all_gather_sparse",
     "all_gather_tensors",
     "allreduce_",
+    "gathered_overhead",
     "world_size",
 ]
 
@@ -99,6 +100,15 @@ def all_gather_bytes(
         buffer[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     gathered = all_gather_tensors(buffer.to(device), group, traffic, counted=len(data))
     return [g[:n].cpu().numpy().tobytes() for g, n in zip(gathered, sizes, strict=True)]
+
+
+def gathered_overhead(sizes: list[int]) -> int:
+    """Overhead bytes all ranks together put into `all_gather_bytes` for payloads of `sizes`.
+
+    Each rank sends its size (8 bytes) and pads its payload to the largest.
+    """
+    top = max(sizes, default=0)
+    return 8 * len(sizes) + (sum(top - n for n in sizes) if top else 0)
 
 
 def all_gather_sparse(

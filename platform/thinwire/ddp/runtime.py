@@ -44,7 +44,12 @@ import torch.multiprocessing as mp
 
 from thinwire.clients import Client
 from thinwire.config import DDPRuntime, Experiment
-from thinwire.ddp.collectives import Traffic, all_gather_bytes, all_gather_tensors
+from thinwire.ddp.collectives import (
+    Traffic,
+    all_gather_bytes,
+    all_gather_tensors,
+    gathered_overhead,
+)
 from thinwire.learning import load_federation
 from thinwire.metrics import Record, RunRecorder
 from thinwire.privacy import EPSILON_METRIC
@@ -169,7 +174,8 @@ def run_rank(experiment: Experiment, *, run_dir: Path | None = None) -> RankResu
                 "compute_s": max(infos[c][1] for c in participants),
                 "wall_s": time.perf_counter() - start,
                 "comm_s": comm_s,
-                "overhead_bytes": traffic.overhead * world,
+                # Sizes and padding of the update all-gather, and the round's statistics.
+                "overhead_bytes": gathered_overhead([len(b) for b in blobs]) + 24 * world,
                 "participants": len(participants),
                 "rejected": len(outcome.rejected),
                 "censored": len(outcome.silent),
