@@ -80,6 +80,7 @@ SCALING: dict[str, Any] = {
     "random-k 1%": METHODS["random-k 1% (allreduce)"],
 }
 RATES = {"1gbit": "1gbit", "100mbit": "100mbit"}
+BUCKET_MB = 100.0  # larger than the model: one gradient bucket
 SUBNET = "10.214.0"
 
 
@@ -127,7 +128,10 @@ def measure(method: Any, hidden: int, steps: int, warmup: int) -> dict[str, floa
     """Seconds and bytes per step of `method` on this rank (a process group is up)."""
     net = build_model(hidden)
     numel = sum(p.numel() for p in net.parameters())
-    model = DistributedDataParallel(net)
+    # One bucket for every exchange: DDP's PowerSGD hook launches its allreduces from future
+    # callbacks, and with several buckets on gloo they can reach the ranks in different
+    # orders (seen here as a gloo size mismatch); thinwire's hooks run them in bucket order.
+    model = DistributedDataParallel(net, bucket_cap_mb=BUCKET_MB)
     hook = attach(model, method)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(dist.get_rank())
