@@ -46,7 +46,7 @@ from thinwire.wire import (
     encode,
 )
 
-__all__ = ["BUCKET_NAME", "codec_allreduce", "reducible"]
+__all__ = ["BUCKET_NAME", "check_shared_seed", "codec_allreduce", "reducible"]
 
 BUCKET_NAME = "bucket"
 """Name of the one tensor in a bucket's serialized `Update`."""
@@ -59,9 +59,11 @@ def reducible(payload: Payload) -> bool:
     )
 
 
-def check_shared_seed(support: SeededSupport, group: Group, traffic: Traffic) -> None:
+def check_shared_seed(
+    support: SeededSupport, group: Group, traffic: Traffic, device: torch.device
+) -> None:
     """Raises `ValueError` unless every rank drew its seeded support from the same seed."""
-    mine = torch.tensor([support.seed - 2**63], dtype=torch.int64)
+    mine = torch.tensor([support.seed - 2**63], dtype=torch.int64, device=device)
     seeds = [int(t.item()) for t in all_gather_tensors(mine, group, traffic, counted=0)]
     if len(set(seeds)) > 1:
         raise ValueError(
@@ -102,7 +104,7 @@ def codec_allreduce(
     ranks = world_size(group)
     if reducible(payload):
         if check_seed and isinstance(payload.support, SeededSupport):
-            check_shared_seed(payload.support, group, traffic)
+            check_shared_seed(payload.support, group, traffic, flat.device)
         assert isinstance(payload.values, RawValues)
         values = payload.values.data.div(ranks).contiguous()
         traffic.payload += values.numel() * values.element_size()

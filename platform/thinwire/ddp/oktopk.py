@@ -120,7 +120,7 @@ def _balanced_edges(
     edges = [0]
     for j in range(1, ranks):
         target = total * j / ranks
-        b = int(torch.searchsorted(cumulative, torch.tensor(target, dtype=cumulative.dtype)))
+        b = int(torch.searchsorted(cumulative, torch.tensor(target, device=cumulative.device)))
         edges.append(min(max((b + 1) * width, edges[-1]), n))
     edges.append(n)
     return tuple(edges)
