@@ -116,22 +116,21 @@ def all_gather_sparse(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Concatenates every rank's (indices, values) pairs of varying length (an allgatherv).
 
-    Sizes travel first; each rank pads its pairs to the largest count.
+    Sizes travel first; then each rank sends its own pairs to every rank through an
+    `all_to_all_single` with uneven splits, so no rank pads to the largest count (counts
+    can differ a lot between Ok-Topk's regions). The pairs are counted once, as for an
+    all-gather.
     """
     device = values.device
+    ranks = world_size(group)
     sizes = _gather_sizes(int(values.numel()), group, device, traffic)
-    top = max(sizes)
-    if top == 0:
+    if max(sizes) == 0:
         return indices[:0], values[:0]
-    padded_i = torch.zeros(top, dtype=indices.dtype, device=device)
-    padded_v = torch.zeros(top, dtype=values.dtype, device=device)
-    padded_i[: indices.numel()] = indices
-    padded_v[: values.numel()] = values
-    own = indices.numel()
-    all_i = all_gather_tensors(padded_i, group, traffic, counted=own * indices.element_size())
-    all_v = all_gather_tensors(padded_v, group, traffic, counted=own * values.element_size())
-    keep = [slice(0, n) for n in sizes]
-    return (
-        torch.cat([t[s] for t, s in zip(all_i, keep, strict=True)]),
-        torch.cat([t[s] for t, s in zip(all_v, keep, strict=True)]),
-    )
+    own = int(values.numel())
+    traffic.payload += own * (indices.element_size() + values.element_size())
+    out_i = torch.empty(sum(sizes), dtype=indices.dtype, device=device)
+    out_v = torch.empty(sum(sizes), dtype=values.dtype, device=device)
+    send = [own] * ranks
+    dist.all_to_all_single(out_i, indices.repeat(ranks), sizes, send, group=group)
+    dist.all_to_all_single(out_v, values.repeat(ranks), sizes, send, group=group)
+    return out_i, out_v

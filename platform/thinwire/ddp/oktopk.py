@@ -24,10 +24,10 @@ Where this implementation differs from the paper, and why:
 - Step 3 uses `all_to_all_single` with per-destination sizes (gloo's and NCCL's own
   schedule) instead of the paper's point-to-point sends with destination rotation and
   bucketing; the bytes are the same, the link contention pattern may not be.
-- Step 5 is a plain allgatherv (sizes, then pairs padded to the largest count); the paper
-  first rebalances the kept pairs across ranks so that its recursive-doubling allgatherv
-  moves at most 4k(P-1)/P values. With regions balanced by step 2 the counts are close, and
-  the padding is counted as overhead.
+- Step 5 is a direct allgatherv (sizes, then each rank's pairs to every rank by an uneven
+  `all_to_all_single`); the paper first rebalances the kept pairs across ranks so that its
+  recursive-doubling allgatherv moves at most 4k(P-1)/P values per rank. Here a rank whose
+  region holds more of the global top-k sends more.
 - Step 2 balances with a histogram of 64 P equal-width bins of the selected coordinates
   (one allreduce of 64 P integers); region edges fall on bin edges.
 - Step 4's exact threshold is found by bisection on the float32 bit patterns of the reduced
