@@ -79,7 +79,9 @@ SCALING: dict[str, Any] = {
     "QSGD s=4": {"quantize": {"kind": "qsgd", "levels": 4}},
     "random-k 1%": METHODS["random-k 1% (allreduce)"],
 }
-RATES = {"1gbit": "1gbit", "100mbit": "100mbit"}
+# Each rate with a token bucket of ~4 ms of traffic: a smaller bucket than rate / HZ caps a
+# tbf below its rate (at 1 Gbit/s a 32 kB bucket held links near 100 Mbit/s).
+RATES = {"1gbit": ("1gbit", "500kb"), "100mbit": ("100mbit", "50kb")}
 BUCKET_MB = 100.0  # larger than the model: one gradient bucket
 SUBNET = "10.214.0"
 
@@ -210,12 +212,12 @@ def _ip(*args: str) -> None:
 
 
 @contextmanager
-def shaped(world: int, rate: str) -> Iterator[list[tuple[str, str]]]:
-    """`world` namespaces on one bridge, each link shaped to `rate` both ways."""
+def shaped(world: int, rate: tuple[str, str]) -> Iterator[list[tuple[str, str]]]:
+    """`world` namespaces on one bridge, each link shaped to (rate, burst) both ways."""
     tag = f"twddp{os.getpid() % 10000}"
     bridge = f"{tag}br"
     names = [f"{tag}n{i}" for i in range(world)]
-    tbf = ["root", "tbf", "rate", rate, "burst", "256kbit", "latency", "100ms"]
+    tbf = ["root", "tbf", "rate", rate[0], "burst", rate[1], "latency", "100ms"]
     try:
         _ip("link", "add", bridge, "type", "bridge")
         _ip("link", "set", bridge, "up")
@@ -278,7 +280,7 @@ def _loopback() -> Iterator[list[tuple[str, str]]]:
 def shaping_works() -> str | None:
     """None if namespaces and tbf can be set up here, else why not."""
     try:
-        with shaped(1, "1gbit"):
+        with shaped(1, RATES["1gbit"]):
             return None
     except (subprocess.CalledProcessError, FileNotFoundError, PermissionError) as exc:
         return str(getattr(exc, "stderr", "") or exc).strip()

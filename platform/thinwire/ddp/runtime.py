@@ -30,6 +30,7 @@ failed; under `torchrun` the elastic agent stops the group and decides about res
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import math
 import os
@@ -129,7 +130,8 @@ def run_rank(experiment: Experiment, *, run_dir: Path | None = None) -> RankResu
     delivered: bool | None = None
     cum_up = 0
     rounds = experiment.train.rounds
-    try:
+    # The recorder as a context: a failing run leaves its finished rounds and is closed.
+    with recorder if recorder is not None else contextlib.nullcontext():
         for round in range(1, rounds + 1):
             start = time.perf_counter()
             participants = sample_clients(experiment, round)
@@ -185,7 +187,6 @@ def run_rank(experiment: Experiment, *, run_dir: Path | None = None) -> RankResu
                 spent_all = [infos[c][2] for c in range(world) if not math.isnan(infos[c][2])]
                 record[EPSILON_METRIC] = max(spent_all, default=0.0)
             recorder.add(record)
-    finally:
         if recorder is not None:
             recorder.close()
     if recorder is None:
