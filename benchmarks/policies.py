@@ -44,7 +44,8 @@ from rich.table import Table
 
 from thinwire.channel import aloha_success_probability
 from thinwire.config import Experiment, load_config
-from thinwire.metrics import Record, format_bytes, plot_comparison
+from thinwire.metrics import Record, format_bytes
+from thinwire.plots import plot_comparison
 from thinwire.simulate import simulate
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

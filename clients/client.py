@@ -35,6 +35,7 @@ import torch
 from thinwire.channel import SLOT_METRIC
 from thinwire.codecs import install_mask
 from thinwire.codecs.model import ModelCodec
+from thinwire.codecs.receive import check_bounded, open_payloads
 from thinwire.codecs.support import derive_seed
 from thinwire.config import Experiment, PrivacyConfig, SharedMask
 from thinwire.learning import (
@@ -117,7 +118,8 @@ class PrivacyPlan(NamedTuple):
         sample_rate = batch / n
         sigma = privacy.noise_multiplier
         if sigma is None:
-            assert privacy.target_epsilon is not None  # the config sets exactly one
+            if privacy.target_epsilon is None:
+                raise ValueError("privacy needs noise_multiplier or target_epsilon")
             steps = experiment.train.rounds * local_steps_for(experiment.train, n)
             sigma = noise_multiplier_for(
                 target_epsilon=privacy.target_epsilon,
@@ -205,11 +207,17 @@ class Client:
         message = decode(data, specs)
         if message.round != round:
             raise WireError(f"downlink is for round {message.round}, expected round {round}")
-        if message.kind == Kind.MODEL:
-            return self.dense.decode(message.tensors, device)
-        assert self.downlink is not None
-        delta = self.downlink.decode(message.tensors, device)
-        return {k: self.state.view[k] + delta[k] for k in self.state.view}
+        if message.kind == Kind.MODEL or self.downlink is None:
+            # (decode accepts a MODEL_DELTA only when there is a downlink codec)
+            return open_payloads(
+                self.dense, message.tensors, device, max_norm=None, what="downlink model"
+            )
+        delta = open_payloads(
+            self.downlink, message.tensors, device, max_norm=None, what="downlink delta"
+        )
+        view = {k: self.state.view[k] + delta[k] for k in self.state.view}
+        check_bounded(view, None, what="model after the downlink delta")
+        return view
 
     def _reclaim_pending(self, delivered: bool | None) -> dict[str, torch.Tensor]:
         carry = dict(self.state.carry)
@@ -296,7 +304,9 @@ class Client:
                 unknown or when it has not sent one.
 
         Raises:
-            WireError: if the downlink message is malformed.
+            WireError: if the downlink message is malformed, not of the downlink codec's
+                form, or would give a model that is not finite (the client never trains
+                on one).
         """
         start = time.perf_counter()
         state = self.state

@@ -4,16 +4,20 @@ Flower runs `app` in a fresh `flwr-clientapp` process for every message, so each
 rebuilds the client from scratch: the experiment from the run config (the YAML that travels
 with the run), the client index from the node config (`partition-id`, below `data.clients`,
 which `num-partitions` must equal when it is given), its data from
-`load_federation(...).client_data(index)`, and its `ClientState` from `context.state` (see
-`thinwire.clients.flower_state`). Training is `thinwire.clients.Client.train_round`, the very
-method the simulator calls. The device follows `train.device`: `auto` trains on CUDA when
+`load_federation(...).client_data(index)`, and its `ClientState` from the node's state folder
+(`thinwire.clients.flower_state`: node config `state-dir`, keyed by experiment and partition),
+at the round the server's train message names; `context.state` keeps only a small record of
+the last save (run, round, digest). Training is `thinwire.clients.Client.train_round`, the
+very method the simulator calls. The device follows `train.device`: `auto` trains on CUDA when
 the host has a GPU, on the CPU otherwise.
 
 Handlers (message types, see `thinwire.server.flower_messages`):
 
 - `query`: answers which partition this SuperNode serves;
 - `train`: trains one round and replies with the update bytes (none when the policy kept
-  silent) and the round's metrics; the new state is saved into `context.state`;
+  silent) and the round's metrics; the new state is saved in the node's state folder. A
+  state that is missing, stale or damaged is answered with a `StateLost` error: the server
+  re-synchronizes the client rather than have it train on the wrong base;
 - `evaluate`: measures the global model on this client's data (with `client_eval`).
 
 A client that cannot serve (a SuperNode started for another experiment, an invalid
@@ -24,22 +28,24 @@ from __future__ import annotations
 
 import logging
 
-from flwr.app import Context, Error, Message
+from flwr.app import ConfigRecord, Context, Error, Message
 from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 
-from thinwire.clients.client import Client
-from thinwire.clients.flower_state import load_state, save_state
+from thinwire.clients.client import Client, ClientState
+from thinwire.clients.flower_state import StateStore, experiment_digest
 from thinwire.codecs.model import ModelCodec
-from thinwire.config import ConfigError
+from thinwire.config import ConfigError, FlowerRuntime
 from thinwire.learning import evaluate as evaluate_model
 from thinwire.learning import load_federation
 from thinwire.server.flower_messages import (
     ClientEvaluation,
+    StateLost,
     TrainReply,
     evaluation_reply,
     identity_reply,
     node_identity,
+    node_state_dir,
     read_instruction,
     read_run_config,
     train_reply,
@@ -53,9 +59,12 @@ logger = logging.getLogger(__name__)
 app = ClientApp()
 
 _CANNOT_SERVE = ValueError
-"""What a client answers with an error reply instead of raising: a run config, node config
-or stored state that does not fit (`ConfigError`, `ValueError`), or a malformed downlink
-(`WireError`); all are `ValueError`s."""
+"""What a client answers with an error reply instead of raising: a run config or node config
+that does not fit (`ConfigError`, `ValueError`), a kept state that is not at the round the
+server names (`StateLost`), or a malformed downlink (`WireError`); all are `ValueError`s."""
+
+_SAVED = "thinwire.state"
+"""`context.state` record of the last state this node saved: run id, round, digest."""
 
 
 @app.query()
@@ -74,10 +83,19 @@ def train(message: Message, context: Context) -> Message:
     try:
         client = _client(context)
         order = read_instruction(message.content)
+        store = _store(context, client)
+        if order.state_round:
+            client.state = _restore(store, order.state_round, client, context)
         result = client.train_round(order.downlink, order.round, delivered=order.delivered)
     except _CANNOT_SERVE as exc:
         return _refuse(message, exc)
-    save_state(client.state, context.state, with_view=client.experiment.downlink is not None)
+    try:
+        digest = store.save(client.state, order.round)
+    except OSError as exc:  # a full or read-only disk: the update must not count either
+        return _refuse(message, StateLost(f"cannot save client {client.index}'s state: {exc}"))
+    context.state[_SAVED] = ConfigRecord(
+        {"run": context.run_id, "round": order.round, "digest": digest}
+    )
     reply = TrainReply(
         result.data, result.num_examples, result.train_loss, result.compute_s, result.epsilon
     )
@@ -104,7 +122,7 @@ def evaluate(message: Message, context: Context) -> Message:
 
 
 def _client(context: Context) -> Client:
-    """This node's client, with the state it kept from its previous rounds."""
+    """This node's client, in its initial state."""
     experiment = read_run_config(context.run_config).experiment
     identity = node_identity(context.node_config)
     clients = experiment.data.clients
@@ -119,21 +137,51 @@ def _client(context: Context) -> Client:
         )
     federation = load_federation(experiment)
     x, y = federation.client_data(identity.partition)
-    client = Client(
+    return Client(
         index=identity.partition,
         experiment=experiment,
         x=x,
         y=y,
         workspace=federation.workspace,
     )
-    restored = load_state(context.state, client.state, federation.workspace.tensors())
-    if restored is not None:
-        client.state = restored
-    return client
+
+
+def _store(context: Context, client: Client) -> StateStore:
+    """The node's store of this client's states.
+
+    It keeps one round more than `runtime.checkpoint_every` (and at least two), so a server
+    resumed from its latest checkpoint, or from the one it writes when a round fails, finds
+    every client's state at the checkpoint's round even if the client trained the next.
+    """
+    runtime = client.experiment.runtime
+    every = runtime.checkpoint_every if isinstance(runtime, FlowerRuntime) else 0
+    return StateStore(
+        node_state_dir(context.node_config),
+        experiment=experiment_digest(client.experiment),
+        partition=client.index,
+        keep=max(2, every + 1),
+    )
+
+
+def _restore(store: StateStore, round: int, client: Client, context: Context) -> ClientState:
+    """The client's state at `round`, checked against what this node last saved.
+
+    Raises:
+        StateLost: if the store does not hold that state intact, or holds another state
+            than the one this SuperNode saved for that round in this run.
+    """
+    state, digest = store.load(round, client.state, client.workspace.tensors())
+    saved = context.state.config_records.get(_SAVED)
+    if saved is not None and saved.get("round") == round and saved.get("digest") != digest:
+        raise StateLost(
+            f"client {client.index}'s state of round {round} in {store.folder} is not the "
+            "one this SuperNode saved (the folder was changed)"
+        )
+    return state
 
 
 def _refuse(message: Message, exc: ValueError) -> Message:
-    expected = isinstance(exc, ConfigError | WireError)
+    expected = isinstance(exc, ConfigError | WireError | StateLost)
     kind = type(exc).__name__
     logger.error(
         "cannot serve a %s message: %s: %s",

@@ -1,143 +1,261 @@
-"""Keeping a client's `ClientState` in Flower's `context.state` between messages.
+"""A client's `ClientState` in a node-local folder, checked before every use.
 
-Flower starts a fresh ClientApp process for every message, so nothing a client keeps between
-rounds (error-feedback residuals, policy state, its copy of the global model, the last update
-it sent) survives in memory: it lives in `context.state`, the `RecordDict` a SuperNode keeps
-per run. The state is flattened with `thinwire.statetree` into `path -> leaf` and stored as
-two records:
+Flower starts a fresh ClientApp process for every message, so what a client keeps between
+rounds (error-feedback residuals, its copy of the global model, policy memories, the DP
+ledger) must live outside the process. Flower's `context.state` is the wrong place for
+model-sized tensors: the ClientApp pushes it after its reply, inside an exit handler with a
+5-second force-exit timer, and at 10M parameters converting and pushing 40-80 MB does not
+finish in time, so the state silently vanishes. `StateStore` keeps it on the SuperNode's disk
+instead, in a folder every ClientApp process of the node shares (`thinwire client
+--state-dir`), keyed by what the state belongs to rather than by Flower's run id, so a
+resumed run or a restarted SuperNode continues from it:
 
-- `thinwire.tensors` (ArrayRecord): one Array per tensor leaf, holding the tensor's raw
-  bytes with its dtype and shape (stype `thinwire/tensor`). Exact for every dtype, bf16
-  included, with no NumPy round trip.
-- `thinwire.scalars` (ConfigRecord): the JSON text of every other leaf, so 64-bit seeds
-  beyond int64, floats (bit for bit), strings and `None` all come back as they were.
+    <state-dir>/<experiment digest>/client-<partition>/round-<round>/
+        tensors.pt      every tensor leaf (`torch.save`; read back memory-mapped)
+        manifest.json   round, experiment digest, partition, the non-tensor leaves (JSON),
+                        the size and SHA-256 of tensors.pt, and the digest of it all
 
-Restoring rebuilds the tree against the client's initial state, which also validates it
-(every key present, every tensor of the expected shape and dtype). Two parts of a
-`ClientState` change shape over a run: `carry` (empty, or one tensor shaped like each model
-tensor) and `pending` (the bytes of the last update, whose length is taken as saved). The
-`view` may be left out (see `save_state`); the initial state's then stands in for it.
+A round's folder is written under a temporary name and renamed into place, so a reader
+sees a whole state or none. `load` verifies the manifest, the tensors' size and checksum
+and the structure against the client's initial state; anything missing, stale or damaged
+raises `StateLost`, which the ClientApp answers as an error and the server counts and
+repairs by re-synchronizing the client (full model, fresh state). The last `keep` rounds
+stay on disk, so a server resumed from an older checkpoint finds the round it asks for.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import os
+import re
+import shutil
+import uuid
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, ConfigRecordValues, RecordDict
 
 from thinwire.clients.client import ClientState
+from thinwire.config import Experiment
+from thinwire.server.flower_messages import StateLost
 from thinwire.statetree import Leaf, flatten, unflatten
 
-__all__ = ["TENSOR_STYPE", "load_state", "save_state"]
+__all__ = ["StateStore", "experiment_digest"]
 
-TENSOR_STYPE = "thinwire/tensor"
-"""The `Array.stype` of a tensor stored as raw bytes."""
-
-_TENSORS = "thinwire.tensors"
-_SCALARS = "thinwire.scalars"
-_DTYPES = {
-    str(dtype).removeprefix("torch."): dtype
-    for dtype in (
-        torch.float64,
-        torch.float32,
-        torch.float16,
-        torch.bfloat16,
-        torch.int64,
-        torch.int32,
-        torch.int16,
-        torch.int8,
-        torch.uint8,
-        torch.bool,
-    )
-}
+_FORMAT = "thinwire-client-state"
+_VERSION = 1
+_MANIFEST = "manifest.json"
+_TENSORS = "tensors.pt"
+_ROUND = re.compile(r"round-(\d{6,})")
+_CHUNK = 1 << 20
 
 
-def save_state(state: ClientState, records: RecordDict, *, with_view: bool = True) -> None:
-    """Writes `state` into `records` (a `context.state`), replacing what was there.
+def experiment_digest(experiment: Experiment) -> str:
+    """Names what a client's state belongs to: the experiment, minus where and how it runs.
+
+    `runtime` (addresses, timeouts) and `output` do not change what a client computes, so
+    a run resumed with other timeouts, or written elsewhere, still finds its clients' state.
+    """
+    config = experiment.model_dump(mode="json", exclude={"runtime", "output"})
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class StateStore:
+    """One client's states on its node's disk, one folder per round; see the module docstring.
 
     Args:
-        state: the client's state after a round.
-        records: the `context.state` of the client's SuperNode.
-        with_view: keep the client's copy of the global model. Without a downlink codec
-            every downlink is the full model, which replaces the copy, so leaving it out
-            halves what travels between the SuperNode and the ClientApp each message.
+        root: the node's state folder (`thinwire client --state-dir`).
+        experiment: `experiment_digest` of the run's experiment.
+        partition: the client index the node serves.
+        keep: how many rounds' states to keep (at least 1).
     """
-    tensors: dict[str, Array] = {}
-    scalars: dict[str, ConfigRecordValues] = {}
-    for path, leaf in flatten(state if with_view else state._replace(view={})).items():
-        if isinstance(leaf, torch.Tensor):
-            tensors[path] = _tensor_array(leaf)
-        else:
-            scalars[path] = json.dumps(leaf)
-    records[_TENSORS] = ArrayRecord(tensors)
-    records[_SCALARS] = ConfigRecord(scalars)
 
+    def __init__(self, root: Path, *, experiment: str, partition: int, keep: int) -> None:
+        if keep < 1:
+            raise ValueError(f"a state store keeps at least one round, got keep={keep}")
+        self.experiment = experiment
+        self.partition = partition
+        self.keep = keep
+        self.folder = root / experiment / f"client-{partition}"
 
-def load_state(
-    records: RecordDict, initial: ClientState, model: Mapping[str, torch.Tensor]
-) -> ClientState | None:
-    """The state `save_state` wrote into `records`, or None if it holds none yet.
+    def rounds(self) -> list[int]:
+        """The rounds whose state folder is present, ascending (not yet verified)."""
+        if not self.folder.is_dir():
+            return []
+        found = (_ROUND.fullmatch(p.name) for p in self.folder.iterdir())
+        return sorted(int(m.group(1)) for m in found if m is not None)
 
-    Args:
-        records: the `context.state` of the client's SuperNode.
-        initial: the client's `initial_state()`; the template the state must match.
-        model: the model's tensors (their names, shapes and dtypes shape `carry`).
+    def save(self, state: ClientState, round: int) -> str:
+        """Writes `state` as the client's state after `round`; returns its digest.
 
-    Raises:
-        ValueError: if the stored state does not fit this client (another model or codec).
-    """
-    if _TENSORS not in records.array_records or _SCALARS not in records.config_records:
-        return None
-    flat: dict[str, Leaf] = {
-        path: _array_tensor(path, array) for path, array in records.array_records[_TENSORS].items()
-    }
-    for path, text in records.config_records[_SCALARS].items():
-        if not isinstance(text, str):
-            raise ValueError(f"stored client state {path!r} is not JSON text")
-        flat[path] = json.loads(text)
-    pending = flat.get("pending")
-    if not isinstance(pending, torch.Tensor) or pending.dtype != torch.uint8 or pending.ndim != 1:
-        raise ValueError("stored client state has no 'pending' byte tensor")
-    carried = any(path.startswith("carry/") and path != "carry/" for path in flat)
-    viewless = "view/" in flat  # saved with_view=False: the initial view stands in
-    template = initial._replace(
-        view={} if viewless else initial.view,
-        carry=_zeros_like(model) if carried else {},
-        pending=torch.empty_like(pending),
-    )
-    state: ClientState = unflatten(template, flat)
-    return state._replace(view=initial.view) if viewless else state
+        States of later rounds (left by a run that was resumed from an earlier round) are
+        removed, and of the earlier ones only the newest `keep - 1` stay.
+        """
+        tensors: dict[str, torch.Tensor] = {}
+        scalars: dict[str, Leaf] = {}
+        for path, leaf in flatten(state).items():
+            if isinstance(leaf, torch.Tensor):
+                tensors[path] = leaf.detach().to("cpu").contiguous()
+            else:
+                scalars[path] = leaf
+        self.folder.mkdir(parents=True, exist_ok=True)
+        partial = self.folder / f".round-{round:06d}.{uuid.uuid4().hex}.partial"
+        partial.mkdir()
+        try:
+            with (partial / _TENSORS).open("wb") as file:
+                torch.save(tensors, file)
+                file.flush()
+                os.fsync(file.fileno())
+            body = {
+                "format": _FORMAT,
+                "version": _VERSION,
+                "experiment": self.experiment,
+                "partition": self.partition,
+                "round": round,
+                "scalars": scalars,
+                "tensors": {
+                    "bytes": (partial / _TENSORS).stat().st_size,
+                    "sha256": _sha256(partial / _TENSORS),
+                },
+            }
+            digest = _digest(body)
+            with (partial / _MANIFEST).open("w") as file:
+                json.dump({**body, "digest": digest}, file)
+                file.flush()
+                os.fsync(file.fileno())
+            self._replace(partial, self._path(round))
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+        self._prune(round)
+        return digest
 
+    def load(
+        self, round: int, initial: ClientState, model: Mapping[str, torch.Tensor]
+    ) -> tuple[ClientState, str]:
+        """The state the client saved after `round`, verified, and its digest.
 
-def _zeros_like(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: torch.zeros_like(v) for k, v in tensors.items()}
+        Tensors are memory-mapped from the file (copy-on-write), not read into new buffers.
 
+        Args:
+            round: the round the server says the client's state is at (>= 1).
+            initial: the client's `initial_state()`, the template the state must fit.
+            model: the model's tensors (they shape `carry` when it is not empty).
 
-def _tensor_array(tensor: torch.Tensor) -> Array:
-    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-    data = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
-    dtype = str(tensor.dtype).removeprefix("torch.")
-    if dtype not in _DTYPES:
-        raise TypeError(f"cannot store a {dtype} tensor in the client state")
-    return Array(dtype=dtype, shape=tuple(tensor.shape), stype=TENSOR_STYPE, data=data)
-
-
-def _array_tensor(path: str, array: Array) -> torch.Tensor:
-    dtype = _DTYPES.get(array.dtype)
-    if array.stype != TENSOR_STYPE or dtype is None:
-        raise ValueError(
-            f"stored client state {path!r}: expected a {TENSOR_STYPE!r} array, "
-            f"got stype {array.stype!r} and dtype {array.dtype!r}"
+        Raises:
+            StateLost: naming what is missing, stale or damaged.
+        """
+        folder = self._path(round)
+        where = f"client {self.partition}'s state of round {round} in {folder}"
+        if not folder.is_dir():
+            kept = self.rounds()
+            raise StateLost(f"no {where} (the folder holds rounds {kept or 'none'})")
+        manifest = _read_manifest(folder / _MANIFEST, where)
+        body = {k: v for k, v in manifest.items() if k != "digest"}
+        expected = {
+            "format": _FORMAT,
+            "version": _VERSION,
+            "experiment": self.experiment,
+            "partition": self.partition,
+            "round": round,
+        }
+        wrong = {k: body.get(k) for k, v in expected.items() if body.get(k) != v}
+        if wrong:
+            raise StateLost(f"{where}: its manifest says {wrong}")
+        digest = manifest.get("digest")
+        if digest != _digest(body):
+            raise StateLost(f"{where}: the manifest does not match its digest")
+        scalars, files = body.get("scalars"), body.get("tensors")
+        if not isinstance(scalars, dict) or not isinstance(files, dict):
+            raise StateLost(f"{where}: the manifest lacks its scalars or tensors")
+        tensors = _read_tensors(folder / _TENSORS, files, where)
+        flat: dict[str, Leaf] = {**scalars, **tensors}
+        pending = tensors.get("pending")
+        if pending is None or pending.dtype != torch.uint8 or pending.ndim != 1:
+            raise StateLost(f"{where}: it has no 'pending' byte tensor")
+        carried = any(path.startswith("carry/") and path != "carry/" for path in flat)
+        template = initial._replace(
+            carry={k: torch.zeros_like(v) for k, v in model.items()} if carried else {},
+            pending=torch.empty_like(pending),
         )
-    shape = tuple(array.shape)
-    numel = 1
-    for size in shape:
-        numel *= size
-    data = bytes(array.data)
-    if len(data) != numel * dtype.itemsize:
-        raise ValueError(f"stored client state {path!r}: {len(data)} bytes for {dtype} {shape}")
-    if not data:
-        return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype).reshape(shape)
+        try:
+            state: ClientState = unflatten(template, flat)
+        except ValueError as exc:
+            raise StateLost(f"{where} does not fit this client: {exc}") from None
+        return state, str(digest)
+
+    def _path(self, round: int) -> Path:
+        return self.folder / f"round-{round:06d}"
+
+    def _replace(self, partial: Path, target: Path) -> None:
+        """Renames `partial` to `target`, moving an older `target` aside first."""
+        old = None
+        if target.exists():
+            old = target.with_name(f".{target.name}.{uuid.uuid4().hex}.old")
+            target.rename(old)
+        partial.rename(target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        with contextlib.suppress(OSError):  # not every file system syncs folders
+            descriptor = os.open(self.folder, os.O_RDONLY)
+            try:
+                os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
+
+    def _prune(self, round: int) -> None:
+        earlier = [r for r in self.rounds() if r < round]
+        doomed = [r for r in self.rounds() if r > round] + earlier[
+            : max(0, len(earlier) - self.keep + 1)
+        ]
+        for old in doomed:
+            shutil.rmtree(self._path(old), ignore_errors=True)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while chunk := file.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _digest(body: Mapping[str, Any]) -> str:
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _read_manifest(path: Path, where: str) -> dict[str, Any]:
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise StateLost(f"{where}: {path.name} is missing") from None
+    except (OSError, ValueError) as exc:
+        raise StateLost(f"{where}: {path.name} is unreadable ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise StateLost(f"{where}: {path.name} is not a JSON object")
+    return manifest
+
+
+def _read_tensors(path: Path, files: Mapping[str, Any], where: str) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        raise StateLost(f"{where}: {path.name} is missing")
+    size = path.stat().st_size
+    if size != files.get("bytes"):
+        raise StateLost(
+            f"{where}: {path.name} has {size} bytes, the manifest says {files.get('bytes')}"
+        )
+    if _sha256(path) != files.get("sha256"):
+        raise StateLost(f"{where}: {path.name} does not match its SHA-256 (damaged)")
+    try:
+        tensors = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as exc:  # torch raises many types for a damaged file
+        raise StateLost(f"{where}: {path.name} is unreadable ({exc})") from None
+    if not isinstance(tensors, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in tensors.items()
+    ):
+        raise StateLost(f"{where}: {path.name} is not a mapping of tensors")
+    return tensors

@@ -23,6 +23,16 @@ Random-access uplink (`channel.slots`): every update names the slot it was sent 
 loses all of them. Lost updates are reported as not delivered, which reaches their senders
 next round (they carry the content forward). The delivered updates are summed and divided
 by the number of selected clients, not averaged over the deliveries (see `finish_round`).
+
+Untrusted updates (DESIGN principle 3): `receive` decodes the bytes against the uplink's
+spec and checks sender, round, the claimed example count (at most the client's true count
+when the runtime knows it, `aggregation.max_examples` otherwise) and every payload's form
+against the uplink codec (`thinwire.codecs.forms`). `finish_round` decodes each update
+through `thinwire.codecs.receive.open_payloads`, which refuses non-finite results and norms
+above `aggregation.max_norm_ratio` times the model's; a refusal at either step drops that
+update alone (counted in `RoundResult.rejected`, logged with its reason) and the round goes
+on. The aggregate comes from the `aggregation` section's rule (`thinwire.server.rules`),
+summed in float64, and a step that would leave the model non-finite is not taken.
 """
 
 from __future__ import annotations
@@ -35,19 +45,19 @@ from typing import Any, NamedTuple
 import torch
 
 from thinwire.channel import SLOT_METRIC, SlotStats, arbitrate
+from thinwire.codecs.forms import check_forms
 from thinwire.codecs.model import ModelCodec
+from thinwire.codecs.receive import norm_bound, open_payloads
 from thinwire.codecs.support import derive_seed
 from thinwire.config import Experiment
 from thinwire.learning import Evaluation, Workspace, evaluate
 from thinwire.policies import PolicyContext, build_policy
+from thinwire.server.rules import Contribution, build_rule, clip_update, weighted_sum
 from thinwire.wire import Kind, Update, WireError, client_id, decode, encode
 
 __all__ = ["Aggregator", "AggregatorState", "Receipt", "RoundResult"]
 
 logger = logging.getLogger(__name__)
-
-MAX_EXAMPLES = 2**40
-"""Largest example count a client may claim (weights are clipped to nothing larger)."""
 
 
 class Receipt(NamedTuple):
@@ -70,10 +80,6 @@ class RoundResult(NamedTuple):
     slots: SlotStats | None = None  # use of the random-access frame; None without slots
 
 
-_Contribution = tuple[dict[str, torch.Tensor], float]
-"""A decoded update and its weight (the sender's example count)."""
-
-
 class AggregatorState(NamedTuple):
     """Everything the server needs to resume a run (checkpoints)."""
 
@@ -91,7 +97,19 @@ class AggregatorState(NamedTuple):
 
 
 class Aggregator:
-    """The server of the star; see the module docstring."""
+    """The server of the star; see the module docstring.
+
+    Args:
+        experiment: the run's configuration.
+        workspace: the model's workspace (spec and device).
+        initial: the initial global model; every value must be finite.
+        examples: each client's true example count, where the runtime knows it (the
+            simulator); a client's claim may not exceed it. None: claims are capped by
+            `aggregation.max_examples`.
+
+    Raises:
+        ValueError: if the initial model is not finite.
+    """
 
     def __init__(
         self,
@@ -99,8 +117,13 @@ class Aggregator:
         experiment: Experiment,
         workspace: Workspace,
         initial: Mapping[str, torch.Tensor],
+        examples: Mapping[int, int] | None = None,
     ) -> None:
+        if not all(bool(torch.isfinite(v).all()) for v in initial.values()):
+            raise ValueError("the initial model holds NaN or infinite values")
         self.experiment = experiment
+        self.examples = dict(examples) if examples is not None else None
+        self.rule = build_rule(experiment.aggregation)
         self.workspace = workspace
         self.uplink = ModelCodec(experiment.codec, workspace.spec, seed=0)
         self.dense = ModelCodec.dense(workspace.spec)
@@ -224,10 +247,17 @@ class Aggregator:
         if update.round != self._round:
             raise WireError(f"update is for round {update.round}, expected {self._round}")
         examples = update.metrics.get("num_examples", math.nan)
-        if not 1 <= examples <= MAX_EXAMPLES:
-            raise WireError(f"metric num_examples must be in [1, 2**40], got {examples}")
+        cap = self._examples_cap(client)
+        if not 1 <= examples <= cap:
+            raise WireError(f"metric num_examples must be in [1, {cap}], got {examples}")
         self._check_slot(update)
+        check_forms(update.tensors, self.uplink.forms)
         self._updates[client] = update
+
+    def _examples_cap(self, client: int) -> int:
+        if self.examples is not None and client in self.examples:
+            return self.examples[client]
+        return self.experiment.aggregation.max_examples
 
     def _arbitrate(self) -> tuple[dict[int, Update], list[int], SlotStats | None]:
         """Updates through the random-access frame, collided senders, frame statistics.
@@ -242,15 +272,33 @@ class Aggregator:
         collided = sorted(c for c, ok in outcome.delivered.items() if not ok)
         return through, collided, outcome.stats
 
-    def _decode(self, updates: Mapping[int, Update]) -> dict[int, _Contribution]:
-        return {
-            c: (self.uplink.decode(u.tensors, self.workspace.device), u.metrics["num_examples"])
-            for c, u in sorted(updates.items())
-        }
+    def _decode(self, updates: Mapping[int, Update]) -> dict[int, Contribution]:
+        """Each update decoded and bounded; a refused one is moved to `_rejected`."""
+        bound = norm_bound(self.state.model, self.experiment.aggregation.max_norm_ratio)
+        decoded: dict[int, Contribution] = {}
+        for client, update in sorted(updates.items()):
+            try:
+                delta = open_payloads(
+                    self.uplink, update.tensors, self.workspace.device, max_norm=bound
+                )
+            except WireError as exc:
+                self._refuse(client, str(exc))
+                continue
+            except Exception as exc:  # a decoder bug must not take down the round either
+                logger.exception("round %d: decoding the update of %s failed", self._round, client)
+                self._refuse(client, f"internal error while decoding: {exc!r}")
+                continue
+            decoded[client] = (delta, update.metrics["num_examples"])
+        return decoded
+
+    def _refuse(self, client: int, reason: str) -> None:
+        self._accepted.remove(client)
+        self._rejected[client] = reason
+        logger.warning("round %d: rejected update from %s: %s", self._round, client, reason)
 
     def _reuse(
-        self, delivered: dict[int, _Contribution]
-    ) -> tuple[dict[int, _Contribution], AggregatorState]:
+        self, delivered: dict[int, Contribution]
+    ) -> tuple[dict[int, Contribution], AggregatorState]:
         """Adds silent clients' last updates to `delivered` and stores the new ones."""
         state = self.state
         if not self.reuses_silent:
@@ -260,31 +308,30 @@ class Aggregator:
         reused = {c: (stale[str(c)], examples[str(c)]) for c in self._silent if str(c) in stale}
         return delivered | reused, state._replace(stale=stale, stale_examples=examples)
 
-    def _average(self, contributions: Mapping[int, _Contribution]) -> dict[str, torch.Tensor]:
-        """The weighted mean of the contributions ({} when there are none)."""
-        if self.slots is not None:
-            # Random access: sum what got through over all selected clients (AoG's
-            # x <- x + G / N). A lost or withheld update counts as zero now and arrives
-            # later as carried mass, so over time each client enters with weight 1/N; the
-            # example counts of clients not heard from are unknown, so weights are equal.
-            contributions = {c: (d, 1.0) for c, (d, _) in contributions.items()}
-            weight = float(len(self._recipients))
-        else:
-            weight = sum(e for _, e in contributions.values())
-        total: dict[str, torch.Tensor] = {}
-        for client in sorted(contributions):
-            delta, examples = contributions[client]
-            for k, v in delta.items():
-                total[k] = total[k] + v * examples if k in total else v * examples
-        return {k: v / weight for k, v in total.items()} if weight > 0 else {}
+    def _average(self, contributions: Mapping[int, Contribution]) -> dict[str, torch.Tensor]:
+        """The rule's aggregate of the contributions ({} when there are none)."""
+        if not contributions:
+            return {}
+        ordered = [contributions[c] for c in sorted(contributions)]
+        if self.slots is None:
+            return self.rule(ordered)
+        # Random access: sum what got through over all selected clients (AoG's
+        # x <- x + G / N). A lost or withheld update counts as zero now and arrives
+        # later as carried mass, so over time each client enters with weight 1/N; the
+        # example counts of clients not heard from are unknown, so weights are equal.
+        clip = self.experiment.aggregation.clip_norm
+        equal = [(clip_update(d, clip) if clip else d, 1.0) for d, _ in ordered]
+        weight = float(len(self._recipients))
+        return {k: (v / weight).float() for k, v in weighted_sum(equal).items()}
 
     def finish_round(self) -> RoundResult:
         """Arbitrates slots, averages the delivered (and reused) updates, applies the step.
 
-        The average is weighted by each update's `num_examples`, summed in client order
-        (not arrival order) so every runtime gets the same bits. On a random-access uplink
-        the delivered updates are summed with equal weights and divided by the number of
-        selected clients instead.
+        Each update is decoded and bounded first (a refused one is dropped and counted);
+        the aggregate is the `aggregation` rule's (by default the mean weighted by each
+        update's `num_examples`), taken in client order (not arrival order) so every
+        runtime gets the same bits. On a random-access uplink the delivered updates are
+        summed with equal weights and divided by the number of selected clients instead.
         """
         through, collided, frame = self._arbitrate()
         contributions, state = self._reuse(self._decode(through))
@@ -299,6 +346,13 @@ class Aggregator:
                 }
                 average = momentum
             model = {k: model[k] + server.lr * average[k] for k in model}
+            if not all(bool(torch.isfinite(v).all()) for v in model.values()):
+                logger.error(
+                    "round %d: the aggregate would make the model non-finite; the model and "
+                    "the server momentum stay as they were",
+                    self._round,
+                )
+                model, momentum = state.model, state.momentum
         self.state = state._replace(round=self._round, model=model, momentum=momentum)
         result = RoundResult(
             self._round,
@@ -312,6 +366,23 @@ class Aggregator:
         )
         self._updates = {}
         return result
+
+    def abandon_round(self, reason: str) -> RoundResult:
+        """Closes the round without a step: the model stays, every update counts as refused.
+
+        For a runtime whose `finish_round` failed on the server's side; the downlink state
+        of the round's broadcast is kept, as clients have it.
+        """
+        refused = dict.fromkeys(self._accepted, reason) | self._rejected
+        self.state = self.state._replace(round=self._round)
+        self._updates, self._accepted, self._rejected = {}, [], {}
+        return RoundResult(
+            self._round,
+            [],
+            refused,
+            dict.fromkeys(refused, False),
+            silent=tuple(self._silent),
+        )
 
     def evaluate(self, x: torch.Tensor, y: torch.Tensor) -> Evaluation:
         """Test loss and accuracy of the global model."""

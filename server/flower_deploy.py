@@ -17,8 +17,11 @@ SuperExec task poll (the default 1 s adds up to a second to every message).
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
+import sys
 import tomllib
 from collections.abc import Mapping
 from importlib import metadata
@@ -30,14 +33,18 @@ from thinwire.config import Experiment
 from thinwire.server.flower_messages import (
     NODE_NUM_PARTITIONS,
     NODE_PARTITION,
+    NODE_STATE_DIR,
     RUN_DIR,
     RUN_EXPERIMENT,
     RUN_RESUME,
+    read_run_config,
 )
+from thinwire.server.flower_run_config import field_keys
 
 __all__ = [
     "CLIENT_APP",
     "CONNECTION",
+    "die_with_parent",
     "SERVER_APP",
     "SUPERLINK_PORT",
     "SUPERNODE_PORT",
@@ -67,6 +74,25 @@ _ENVIRONMENT = {
 def flower_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """`base` (default: this process's environment) with Flower's settings for thinwire."""
     return {**(os.environ if base is None else base), **_ENVIRONMENT}
+
+
+def die_with_parent() -> None:
+    """A `preexec_fn`: the child gets SIGTERM when its parent dies (Linux; elsewhere no-op).
+
+    What a daemon started for the length of a command (a SuperLink by `thinwire server
+    --start-superlink`, a SuperNode by `thinwire client`) needs so that it never outlives
+    that command, even when the command is SIGKILLed.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def _trust(insecure: bool, root_certificates: Path | None) -> list[str]:
@@ -134,6 +160,7 @@ def supernode_command(
     port: int = SUPERNODE_PORT,
     insecure: bool = False,
     root_certificates: Path | None = None,
+    state_dir: Path | None = None,
 ) -> list[str]:
     """A SuperNode serving client `partition` (what `thinwire client` execs).
 
@@ -144,12 +171,19 @@ def supernode_command(
         port: this SuperNode's Runtime API port (distinct per SuperNode on one host).
         insecure: plain HTTP to the SuperLink.
         root_certificates: PEM bundle of the CA that signed the SuperLink's certificate.
+        state_dir: the folder where the node keeps its client's state between messages
+            (node-local, persistent); None leaves the ClientApp's default
+            (`thinwire.server.flower_messages.default_state_dir`).
     """
     if partition < 0 or (partitions is not None and partition >= partitions):
         raise ValueError(f"partition {partition} is not in [0, {partitions})")
     node_config = f"{NODE_PARTITION}={partition}"
     if partitions is not None:
         node_config += f" {NODE_NUM_PARTITIONS}={partitions}"
+    if state_dir is not None:
+        if '"' in str(state_dir) or not str(state_dir):
+            raise ValueError(f"a state folder path must be non-empty, without '\"': {state_dir}")
+        node_config += f" {NODE_STATE_DIR}={_toml_string(str(state_dir))}"
     return [
         "flower-supernode",
         *_trust(insecure, root_certificates),
@@ -166,6 +200,19 @@ def _toml_string(text: str) -> str:
     # A JSON string literal is a TOML basic string, once DEL (raw in JSON, not in TOML) is
     # escaped; non-ASCII stays raw because TOML rejects JSON's surrogate-pair escapes.
     return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def _field_lines(experiment: Experiment) -> str:
+    lines = []
+    for key, value in field_keys(experiment).items():
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, int | float):
+            text = repr(value)
+        else:
+            text = _toml_string(value)
+        lines.append(f"{_toml_string(key)} = {text}")
+    return "\n".join(lines)
 
 
 def write_app(
@@ -217,10 +264,14 @@ clientapp = {_toml_string(clientapp)}
 {RUN_EXPERIMENT} = {_toml_string(text)}
 {RUN_DIR} = {_toml_string(run_dir)}
 {RUN_RESUME} = {_toml_string(resume)}
+# Every field on its own, so `flwr run -c 'train.rounds=10'` changes just that field:
+{_field_lines(experiment)}
 """
     parsed = tomllib.loads(pyproject)["tool"]["flwr"]["app"]["config"]
     if parsed[RUN_EXPERIMENT] != text:
         raise ValueError("the experiment YAML does not survive TOML quoting")
+    if read_run_config(parsed).experiment != experiment:
+        raise ValueError("the experiment's field keys do not read back as the experiment")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "pyproject.toml"
     path.write_text(pyproject)

@@ -8,14 +8,20 @@ messages only through it (and a key string appears nowhere else):
 |-------------------------|--------------------------------------------------------------|
 | identify (`query`)      | reply: `identity` ConfigRecord {partition-id, num-partitions} |
 | train (`train`)         | `downlink` ArrayRecord {update}, `round` ConfigRecord         |
-|                         | {round, delivered?}; reply: `update` ArrayRecord {update}     |
-|                         | (absent when the client stayed silent), `metrics` MetricRecord|
+|                         | {round, state-round, delivered?}; reply: `update` ArrayRecord |
+|                         | {update} (absent when the client stayed silent), `metrics`    |
+|                         | MetricRecord; or an `Error` whose reason starts "StateLost: " |
 | evaluate (`evaluate`)   | `downlink` ArrayRecord {update} (the full model), `round`;   |
 |                         | reply: `metrics` MetricRecord {num-examples, loss, accuracy}  |
 
 Every serialized `thinwire.wire.Update` travels as one
 `Array(dtype="uint8", shape=(n,), stype="thinwire/update", data=<the n bytes>)`: Flower
 chunks and streams it without copying it into NumPy, and the bytes counted are `n`.
+
+`state-round` is the round the client's kept state must be at (the last round the server
+sent it a train message; 0 asks for a fresh start). A client whose state is not at that round
+answers with a `StateLost` error instead of training on a wrong base; the server counts it
+and re-synchronizes that client.
 
 Readers run on untrusted content and raise `WireError` (naming the record and key) for
 anything missing or mistyped; what is inside the update bytes is checked later by
@@ -24,7 +30,9 @@ anything missing or mistyped; what is inside the update bytes is checked later b
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, NamedTuple, TypeGuard
 
 import yaml
@@ -38,6 +46,7 @@ from flwr.app import (
 )
 
 from thinwire.config import ConfigError, Experiment, parse_config
+from thinwire.server.flower_run_config import apply_field_keys
 from thinwire.wire import WireError
 
 __all__ = [
@@ -45,6 +54,7 @@ __all__ = [
     "IDENTIFY",
     "NODE_NUM_PARTITIONS",
     "NODE_PARTITION",
+    "NODE_STATE_DIR",
     "RUN_DIR",
     "RUN_EXPERIMENT",
     "RUN_RESUME",
@@ -54,11 +64,15 @@ __all__ = [
     "Identity",
     "Instruction",
     "RunSettings",
+    "StateLost",
     "TrainReply",
     "evaluation_reply",
     "identity_reply",
     "instruction",
+    "is_state_lost",
+    "default_state_dir",
     "node_identity",
+    "node_state_dir",
     "read_evaluation",
     "read_identity",
     "read_instruction",
@@ -85,11 +99,13 @@ RUN_RESUME = "resume"  # checkpoint to continue from; "" starts afresh
 # Node config keys (`flower-supernode --node-config "partition-id=0 num-partitions=3"`).
 NODE_PARTITION = "partition-id"
 NODE_NUM_PARTITIONS = "num-partitions"
+NODE_STATE_DIR = "state-dir"  # the node's client-state folder (`thinwire client --state-dir`)
 
 _DOWNLINK = "downlink"
 _UPDATE = "update"
 _ROUND = "round"
 _DELIVERED = "delivered"
+_STATE_ROUND = "state-round"
 _METRICS = "metrics"
 _IDENTITY = "identity"
 _NUM_EXAMPLES = "num-examples"
@@ -143,6 +159,9 @@ class RunSettings(NamedTuple):
 def read_run_config(run_config: Mapping[str, Any]) -> RunSettings:
     """Parses a run config written by `thinwire server` (or edited for `flwr run`).
 
+    Field keys (`train.rounds`, see `thinwire.server.flower_run_config`) that differ from
+    the experiment YAML override it.
+
     Raises:
         ValueError: if a key is missing or not a string (naming it).
         ConfigError: if the experiment YAML is invalid (naming each bad field).
@@ -161,6 +180,11 @@ def read_run_config(run_config: Mapping[str, Any]) -> RunSettings:
         raw = yaml.safe_load(values[RUN_EXPERIMENT])
     except yaml.YAMLError as exc:
         raise ConfigError(source, [f"not valid YAML ({exc})"]) from None
+    if isinstance(raw, dict):
+        try:
+            apply_field_keys(raw, run_config, (RUN_EXPERIMENT, RUN_DIR, RUN_RESUME))
+        except ValueError as exc:
+            raise ConfigError("run config", [str(exc)]) from None
     experiment = parse_config(raw, source=source)
     return RunSettings(experiment, values[RUN_DIR], values[RUN_RESUME])
 
@@ -198,6 +222,33 @@ def node_identity(node_config: Mapping[str, Any]) -> Identity:
     return Identity(partition, partitions)
 
 
+def default_state_dir() -> Path:
+    """Where a SuperNode keeps client state when its node config names no folder.
+
+    Under Flower's home (`$FLWR_HOME`, else `~/.flwr`), which a SuperNode and the ClientApp
+    processes it starts share.
+    """
+    home = os.environ.get("FLWR_HOME") or "~/.flwr"
+    return Path(home).expanduser() / "thinwire-state"
+
+
+def node_state_dir(node_config: Mapping[str, Any]) -> Path:
+    """The client-state folder a SuperNode was started with, or `default_state_dir()`.
+
+    Raises:
+        ValueError: if `state-dir` is given but not a non-empty string.
+    """
+    folder = node_config.get(NODE_STATE_DIR)
+    if folder is None:
+        return default_state_dir()
+    if not isinstance(folder, str) or not folder:
+        raise ValueError(
+            f"node config {NODE_STATE_DIR!r} must be a folder path, got {folder!r}; start the "
+            "SuperNode with `thinwire client --state-dir DIR`"
+        )
+    return Path(folder).expanduser()
+
+
 def identity_reply(identity: Identity) -> RecordDict:
     """The content of a ClientApp's answer to an identify query."""
     config: dict[str, ConfigRecordValues] = {NODE_PARTITION: identity.partition}
@@ -225,17 +276,44 @@ def read_identity(content: RecordDict) -> Identity:
 # --------------------------------------------------------------------------- train / evaluate
 
 
+class StateLost(ValueError):
+    """A client's kept state is missing, stale or damaged, so it cannot train this round.
+
+    The ClientApp answers with an `Error` whose reason is `"StateLost: <what>"`; the server
+    counts it (`state_lost` in the run records) and sends that client the full model and a
+    fresh start next time, rather than averaging a delta computed against the wrong base.
+    """
+
+
+def is_state_lost(reason: str) -> bool:
+    """Whether an error reply's reason is a client's `StateLost`."""
+    return reason.startswith(f"{StateLost.__name__}: ")
+
+
 class Instruction(NamedTuple):
     """A train or evaluate instruction, as the ClientApp reads it."""
 
     downlink: bytes  # the serialized model (or model delta) message
     round: int  # 1-based
     delivered: bool | None  # did this client's previous update count; None if unknown
+    state_round: int = 0  # the round the client's kept state must be at; 0: start afresh
 
 
-def instruction(downlink: bytes, round: int, delivered: bool | None = None) -> RecordDict:
-    """The content of a train or evaluate message."""
-    config: dict[str, ConfigRecordValues] = {_ROUND: round}
+def instruction(
+    downlink: bytes, round: int, delivered: bool | None = None, state_round: int = 0
+) -> RecordDict:
+    """The content of a train or evaluate message.
+
+    Args:
+        downlink: the serialized model or model delta.
+        round: the round, 1-based.
+        delivered: whether the client's previous update counted; None if unknown.
+        state_round: the round the client's kept state must be at, below `round`; 0 tells
+            it to start from its initial state (first contact, or a re-synchronization).
+    """
+    if not 0 <= state_round < round:
+        raise ValueError(f"state_round must be in [0, {round}), got {state_round}")
+    config: dict[str, ConfigRecordValues] = {_ROUND: round, _STATE_ROUND: state_round}
     if delivered is not None:
         config[_DELIVERED] = delivered
     return RecordDict(
@@ -252,10 +330,15 @@ def read_instruction(content: RecordDict) -> Instruction:
     downlink = update_bytes(_record(content, _DOWNLINK, ArrayRecord), _DOWNLINK)
     config = _record(content, _ROUND, ConfigRecord)
     round = _int(config, _ROUND, _ROUND)
+    state_round = _int(config, _STATE_ROUND, _ROUND)
+    if round < 1 or not 0 <= state_round < round:
+        raise WireError(
+            f"{_ROUND}: round {round} with {_STATE_ROUND!r} {state_round} (must be in [0, round))"
+        )
     delivered = config.get(_DELIVERED)
     if delivered is not None and not isinstance(delivered, bool):
         raise WireError(f"{_ROUND}: {_DELIVERED!r} must be a bool, got {delivered!r}")
-    return Instruction(downlink, round, delivered)
+    return Instruction(downlink, round, delivered, state_round)
 
 
 class TrainReply(NamedTuple):

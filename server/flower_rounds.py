@@ -8,7 +8,8 @@ matter for a deployment:
 - replies are pulled every `runtime.poll_interval_s` (Flower's loop pulls every 3 s, which
   sets the pace of a round on a fast network), and identify queries to nodes that connect
   later are answered while rounds run;
-- a round waits until every participant has answered or `runtime.round_timeout_s` passed;
+- a round waits until every participant has answered or `runtime.round_timeout_s` passed
+  (the first round, whose ClientApps all start cold, `runtime.first_round_timeout_s`);
   a client that has not answered by then drops out (the strategy counts it), and the run
   stops with a checkpoint when fewer than `runtime.min_replies` answered;
 - each round's record (bytes: `len()` of the update and downlink bytes that travelled,
@@ -73,11 +74,14 @@ class FlowerStar:
             experiment=experiment, workspace=workspace, initial=workspace.tensors()
         )
         self.cum_up = self.cum_down = 0
+        delivered: dict[int, bool] = {}
         if resume is not None:
             checkpoint = load_checkpoint(resume, aggregator)
             aggregator.state = checkpoint.state
             self.cum_up, self.cum_down = checkpoint.cum_bytes_up, checkpoint.cum_bytes_down
+            delivered = checkpoint.delivered
         self.strategy = StarStrategy(experiment=experiment, aggregator=aggregator)
+        self.strategy.outcomes.update(delivered)
         self.settings = self.strategy.settings
         self.roster = self.strategy.roster
         self.channel = Channel(experiment.channel, experiment.data.clients)
@@ -136,6 +140,7 @@ class FlowerStar:
             state=state,
             cum_bytes_up=self.cum_up,
             cum_bytes_down=self.cum_down,
+            delivered=self.strategy.outcomes,
         )
         return path
 
@@ -159,13 +164,15 @@ class FlowerStar:
                 f"{settings.min_replies}. Resume with --resume {path}"
             )
         messages = self.strategy.configure_train(round, ArrayRecord(), ConfigRecord(), self.grid)
+        deadline_s = self.strategy.deadline_s(round)
         try:
-            self.strategy.aggregate_train(round, self._exchange(list(messages)))
+            self.strategy.aggregate_train(round, self._exchange(list(messages), deadline_s))
         except QuorumError as exc:
             path = self._checkpoint()
             raise QuorumError(f"{exc}. Resume with --resume {path}") from None
         outcome = self.strategy.last_round
-        assert outcome is not None and outcome.round == round
+        if outcome is None or outcome.round != round:  # aggregate_train sets it or raises
+            raise RuntimeError(f"round {round}: the strategy reported no outcome")
         self.cum_up += sum(outcome.bytes_up.values())
         self.cum_down += sum(outcome.bytes_down.values())
         rounds = self.experiment.train.rounds
@@ -188,6 +195,7 @@ class FlowerStar:
             "participants": len(outcome.participants),
             "rejected": len(outcome.rejected),
             "dropouts": len(outcome.dropped),
+            "state_lost": len(outcome.state_lost),
             "censored": len(outcome.result.silent),
             "reused": len(outcome.result.reused),
         }
@@ -205,23 +213,26 @@ class FlowerStar:
             self.strategy.configure_evaluate(round, ArrayRecord(), ConfigRecord(), self.grid)
         )
         if evaluate:
-            metrics = self.strategy.aggregate_evaluate(round, self._exchange(evaluate))
-            assert metrics is not None
+            metrics = self.strategy.aggregate_evaluate(
+                round, self._exchange(evaluate, settings.round_timeout_s)
+            )
+            if metrics is None:  # StarStrategy always returns a record
+                raise RuntimeError(f"round {round}: the strategy returned no evaluation")
             record["client_accuracy"] = float(metrics["accuracy"])
             record["client_loss"] = float(metrics["loss"])
             record["eval_bytes_down"] = int(metrics["bytes-down"])
         record["wall_s"] = time.perf_counter() - start
         return record
 
-    def _exchange(self, messages: list[Message]) -> list[Message]:
-        """Pushes `messages`; returns the replies that came within `round_timeout_s`."""
+    def _exchange(self, messages: list[Message], deadline_s: float) -> list[Message]:
+        """Pushes `messages`; returns the replies that came within `deadline_s`."""
         replies: list[Message] = []
         ids = self.exchange.push(messages, replies.append)
         refused = sum(1 for i in ids if not i)
         if refused:
             logger.warning("the SuperLink refused %d of %d messages", refused, len(ids))
         expected = len(ids) - refused
-        deadline = time.monotonic() + self.settings.round_timeout_s
+        deadline = time.monotonic() + deadline_s
         self.exchange.wait(lambda: len(replies) >= expected, deadline)
         self.exchange.forget(ids)
         return replies

@@ -4,16 +4,21 @@
 
 - `configure_train` samples the round's clients (`sample_clients`, seeded as in the
   simulator), keeps those whose SuperNode is live, and builds one train message per client:
-  its downlink bytes from `Aggregator.broadcast`, the round, and whether its previous update
-  counted (the `RoundResult.delivered` of the round it last sent in).
+  its downlink bytes from `Aggregator.broadcast`, the round, whether its previous update
+  counted (the `RoundResult.delivered` of the round it last sent in), and the round its kept
+  state must be at (the last round it was sent a train message, `AggregatorState.received`).
 - `aggregate_train` feeds each reply's update bytes to `Aggregator.receive` (which validates
   them; a `WireError` drops that update and is logged), tells `Aggregator.silent` of replies
   without update bytes (a censored client, whose last update CSGD reuses, or one that kept
   its update back on a random-access uplink), counts error replies or missing ones as
-  dropouts, and finishes with `Aggregator.finish_round`: slot arbitration on a random-access
-  uplink, then the average in client order (arrival order does not matter). Each client
-  learns whether its update counted (its slot outcome) with its next train message. With fewer
-  answers than `runtime.min_replies` it restores the server and raises `QuorumError`.
+  dropouts, counts `StateLost` errors (a client whose kept state is missing, stale or
+  damaged) and re-synchronizes those clients (the full model and a fresh state when next
+  sampled: the server forgets they hold anything), and finishes with
+  `Aggregator.finish_round`: slot arbitration on a random-access uplink, each update decoded
+  and bounded (a refused one is counted in `rejected` and the round goes on), then the
+  aggregate in client order (arrival order does not matter). Each client learns whether its
+  update counted (its slot outcome) with its next train message. With fewer answers than
+  `runtime.min_replies` it restores the server and raises `QuorumError`.
 - `configure_evaluate` / `aggregate_evaluate` measure the global model on the clients' own
   data when `runtime.client_eval` is on.
 
@@ -45,6 +50,7 @@ from thinwire.server.flower_messages import (
     ClientEvaluation,
     TrainReply,
     instruction,
+    is_state_lost,
     read_evaluation,
     read_identity,
     read_train_reply,
@@ -78,11 +84,13 @@ class RoundOutcome(NamedTuple):
     rejected: dict[int, str]  # client -> why its update (or whole reply) was refused
     dropped: dict[int, str]  # client -> why it did not answer
     result: RoundResult  # the Aggregator's account: silent, reused, collided, slot use
+    state_lost: dict[int, str] = {}  # client -> why its kept state was unusable (re-synced)
 
 
 class _OpenRound(NamedTuple):
     round: int
     before: AggregatorState  # the server before the round, restored if the round fails
+    told: dict[int, bool]  # `outcomes` before the round, restored with it
     messages: dict[int, Message]  # client -> its message (ids are set once pushed)
     bytes_down: dict[int, int]
 
@@ -106,10 +114,19 @@ class StarStrategy(Strategy):
         self.roster = roster if roster is not None else Roster(experiment.data.clients)
         self.dense = ModelCodec.dense(aggregator.workspace.spec)
         self.outcomes: dict[int, bool] = {}  # client -> did its last update count
+        self.first_round = aggregator.state.round + 1  # the round whose clients start cold
         self.last_round: RoundOutcome | None = None
         self._open: _OpenRound | None = None
         self._evaluating: dict[int, Message] = {}
         self._evaluation_bytes = 0
+
+    def deadline_s(self, server_round: int) -> float:
+        """How long `server_round` waits for its replies (the first round, longer)."""
+        settings = self.settings
+        if server_round != self.first_round:
+            return settings.round_timeout_s
+        first = settings.first_round_timeout_s
+        return first if first is not None else 2 * settings.round_timeout_s
 
     # ------------------------------------------------------------------ training
 
@@ -126,20 +143,25 @@ class StarStrategy(Strategy):
         if len(participants) < len(sampled):
             absent = sorted(set(sampled) - live)
             logger.warning("round %d: sampled clients %s are not connected", server_round, absent)
-        before = self.aggregator.state
+        before, told = self.aggregator.state, dict(self.outcomes)
         downlink = self.aggregator.broadcast(server_round, participants)
         messages = {
             c: Message(
-                instruction(downlink[c], server_round, self.outcomes.pop(c, None)),
+                instruction(
+                    downlink[c],
+                    server_round,
+                    self.outcomes.pop(c, None),
+                    state_round=before.received.get(str(c), 0),
+                ),
                 self.roster.node(c),
                 TRAIN,
-                ttl=self.settings.round_timeout_s,
+                ttl=self.deadline_s(server_round),
                 group_id=str(server_round),
             )
             for c in participants
         }
         down = {c: len(downlink[c]) for c in participants}
-        self._open = _OpenRound(server_round, before, messages, down)
+        self._open = _OpenRound(server_round, before, told, messages, down)
         return list(messages.values())
 
     def aggregate_train(
@@ -159,10 +181,20 @@ class StarStrategy(Strategy):
         trained: dict[int, TrainReply] = {}
         rejected: dict[int, str] = {}
         dropped: dict[int, str] = {}
+        lost: dict[int, str] = {}
         for reply in replies:
             client = clients.get(reply.metadata.reply_to_message_id)
-            if client is None or client in trained or client in rejected or client in dropped:
-                continue  # not an answer to this round's messages
+            if client is None or any(client in seen for seen in (trained, rejected, dropped, lost)):
+                continue  # not an answer to this round's messages (or a second one)
+            if reply.has_error() and is_state_lost(reply.error.reason or ""):
+                lost[client] = reply.error.reason or ""
+                logger.warning(
+                    "round %d: client %d lost its state, re-synchronizing it: %s",
+                    server_round,
+                    client,
+                    lost[client],
+                )
+                continue
             if reply.has_error():
                 dropped[client] = f"error {reply.error.code}: {reply.error.reason}"
                 continue
@@ -188,20 +220,22 @@ class StarStrategy(Strategy):
                         receipt.error,
                     )
         for client in open.messages:
-            if client not in trained and client not in rejected and client not in dropped:
+            if not any(client in seen for seen in (trained, rejected, dropped, lost)):
                 dropped[client] = "no reply by the deadline"
         for client, reason in sorted(dropped.items()):
             logger.warning("client %d dropped out: %s", client, reason)
             self.roster.drop(client)
-        answered = len(set(trained) | set(rejected))
+        answered = len(set(trained) | set(rejected) | set(lost))
         if answered < self.settings.min_replies:
-            self.aggregator.state = open.before
+            self.aggregator.state, self.outcomes = open.before, open.told
             raise QuorumError(
                 f"round {server_round}: {answered} of {len(open.messages)} clients answered "
-                f"within {self.settings.round_timeout_s:g} s; runtime.min_replies is "
+                f"within {self.deadline_s(server_round):g} s; runtime.min_replies is "
                 f"{self.settings.min_replies}"
             )
-        result = self.aggregator.finish_round()
+        result = self._finish(server_round)
+        rejected.update(result.rejected)  # refused on arrival, or when decoded and bounded
+        self._resynchronize(lost)
         self.outcomes.update(result.delivered)
         self.outcomes.update({c: False for c in rejected if c not in trained})
         up = {c: len(r.update) for c, r in trained.items() if r.update is not None}
@@ -214,6 +248,7 @@ class StarStrategy(Strategy):
             rejected,
             dropped,
             result,
+            lost,
         )
         losses = [r.train_loss for r in trained.values()]
         metrics = MetricRecord(
@@ -225,9 +260,32 @@ class StarStrategy(Strategy):
                 "censored": len(result.silent),
                 "rejected": len(rejected),
                 "dropouts": len(dropped),
+                "state-lost": len(lost),
             }
         )
         return ArrayRecord({k: v.detach().cpu() for k, v in self.aggregator.model.items()}), metrics
+
+    def _finish(self, server_round: int) -> RoundResult:
+        """`Aggregator.finish_round`, which confines each client's update to itself.
+
+        Should the server's own step fail, the round closes with the model unchanged
+        instead of ending the run.
+        """
+        try:
+            return self.aggregator.finish_round()
+        except Exception as exc:
+            logger.exception(
+                "round %d: the server step failed; the model is unchanged", server_round
+            )
+            return self.aggregator.abandon_round(f"server step failed: {exc!r}")
+
+    def _resynchronize(self, clients: Iterable[int]) -> None:
+        """Makes `clients` start afresh: the full model, state round 0 (no kept state)."""
+        received = dict(self.aggregator.state.received)
+        for client in clients:
+            received.pop(str(client), None)
+            self.outcomes.pop(client, None)
+        self.aggregator.state = self.aggregator.state._replace(received=received)
 
     # ------------------------------------------------------------------ evaluation
 
@@ -323,15 +381,11 @@ class StarStrategy(Strategy):
                 self.roster.refuse(node, reason)
             return
         try:
-            replaced = self.roster.identified(node, read_identity(reply.content))
+            # A new node for a known client (a restarted host) continues from the state in
+            # its state folder; one that has none answers StateLost and is re-synchronized.
+            self.roster.identified(node, read_identity(reply.content))
         except WireError as exc:
             self.roster.refuse(node, f"malformed identity: {exc}")
-            return
-        if replaced is not None:
-            # A new node for a known client starts without the server's public copy.
-            received = dict(self.aggregator.state.received)
-            received.pop(str(replaced), None)
-            self.aggregator.state = self.aggregator.state._replace(received=received)
 
     def summary(self) -> None:
         """Logs the strategy's settings (Flower calls this when a run starts)."""

@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+import torch
 import yaml
 from typer.testing import CliRunner
 
@@ -56,6 +58,34 @@ def test_set_overrides_reach_the_run(tmp_path):
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 1
 
 
+def test_off_a_terminal_every_round_prints_a_line(tmp_path):
+    result = runner.invoke(app, ["run", str(write(tmp_path))])
+    assert result.exit_code == 0, result.output
+    assert "cli-demo  round 1/2  acc" in result.output
+    assert "cli-demo  round 2/2  acc" in result.output
+
+
+def test_resume_continues_an_interrupted_run_folder(tmp_path):
+    path = write(tmp_path)
+    args = ["--set", "train.rounds=4", "--set", "runtime={kind: simulation, checkpoint_every: 2}"]
+    assert runner.invoke(app, ["run", str(path), "-q", *args]).exit_code == 0
+    [run_dir] = (tmp_path / "runs").iterdir()
+    whole = (run_dir / "metrics.jsonl").read_text().splitlines()
+    # as a run killed during round 4 leaves it: three rounds, status running
+    (run_dir / "metrics.jsonl").write_text("\n".join(whole[:3]) + "\n")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "running"}))
+    result = runner.invoke(app, ["run", "--resume", str(run_dir), "-q"])
+    assert result.exit_code == 0, result.output
+    resumed = (run_dir / "metrics.jsonl").read_text().splitlines()
+    untimed = [{k: v for k, v in json.loads(r).items() if not k.endswith("_s")} for r in resumed]
+    assert untimed == [
+        {k: v for k, v in json.loads(r).items() if not k.endswith("_s")} for r in whole
+    ]
+    again = runner.invoke(app, ["run", "--resume", str(run_dir)])
+    assert again.exit_code == 2 and "nothing to resume" in again.output
+
+
 def test_validate_prints_the_resolved_config(tmp_path):
     result = runner.invoke(app, ["validate", str(write(tmp_path))])
     assert result.exit_code == 0
@@ -86,7 +116,7 @@ def test_compare_puts_runs_side_by_side(tmp_path):
     result = runner.invoke(app, ["compare", *runs, "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert out.read_bytes()[:4] == b"\x89PNG"
-    assert result.output.count("cli-demo-") == 2
+    assert "density=0.05" in result.output and "density=1 " in result.output
 
 
 def test_compare_refuses_a_folder_that_is_not_a_run(tmp_path):
@@ -99,3 +129,83 @@ def test_console_script_is_installed():
         [sys.executable, "-m", "thinwire", "--help"], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0 and "run" in out.stdout
+
+
+# Each file passes the schema but cannot run on this machine; `validate` must say so as
+# `run` does, naming the file and the field. (case, edits of EXPERIMENT, the field named)
+CODEC = "codec: {select: {kind: topk, density: 0.05}, error_feedback: true}\n"
+UNRUNNABLE = [
+    ("infinite-lr", [("local_steps: 3", "local_steps: 3, lr: .inf")], "train.lr"),
+    ("too-many-clients", [("clients: 3", "clients: 100000")], "data.clients"),
+    (
+        "unknown-wavelet",
+        [("{select:", "{transform: {kind: wavelet, wavelet: nosuch}, select:")],
+        "codec.transform.wavelet",
+    ),
+    ("missing-data-root", [("digits", "mnist, root: /no/such/folder")], "data.root"),
+    ("output-is-a-file", [("output: OUT", "output: OUT/afile")], "output"),
+    ("output-under-a-file", [("output: OUT", "output: OUT/afile/runs")], "output"),
+    (
+        "torus-of-12-for-13",
+        [("clients: 3", "clients: 13"), (CODEC, "topology: {kind: torus, rows: 3, cols: 4}\n")],
+        "topology",
+    ),
+    (
+        "dgc-over-wavelet",
+        [("error_feedback: true", "transform: {kind: wavelet}, error_feedback: {kind: dgc}")],
+        "codec",
+    ),
+    (
+        "delta-above-1-over-n",
+        [("output: OUT", "privacy: {noise_multiplier: 1.0, delta: 0.01}\noutput: OUT")],
+        "privacy.delta",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("edits", "field"), [c[1:] for c in UNRUNNABLE], ids=[c[0] for c in UNRUNNABLE]
+)
+def test_validate_refuses_what_run_would_refuse(tmp_path, edits, field):
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "afile").write_text("")
+    text = EXPERIMENT
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new)
+    path = write(tmp_path, text)
+    for command in ("validate", "run"):
+        result = runner.invoke(app, [command, str(path)])
+        assert result.exit_code == 2, (command, result.output)
+        assert f"error: {path}: {field}: " in result.output, (command, result.output)
+        assert "Traceback" not in result.output
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["afile"]  # nothing started
+
+
+def test_validate_refuses_cuda_on_a_machine_without_it(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    path = write(tmp_path, EXPERIMENT.replace("device: cpu", "device: cuda"))
+    for command in ("validate", "run"):
+        result = runner.invoke(app, [command, str(path)])
+        assert result.exit_code == 2
+        assert f"error: {path}: train.device: device 'cuda' was requested" in result.output
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        ("name: a\n".encode("utf-16"), "the file is UTF-16 text; save it as UTF-8"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00", "not UTF-8 text (byte 0x89 at offset 0)"),
+        (b"name: a\nseed: 1\nseed: 2\n", "key 'seed' is written twice (lines 2 and 3)"),
+        (b"name: a\ntrain: {rounds: true}\n", "train.rounds: a boolean (true/false) is not"),
+    ],
+    ids=["utf-16", "binary", "duplicate-key", "bool-as-int"],
+)
+def test_unreadable_or_ambiguous_files_get_one_line(tmp_path, data, problem):
+    path = tmp_path / "exp.yaml"
+    path.write_bytes(data)
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert f"error: {path}: {problem}" in result.output
+    assert "Traceback" not in result.output

@@ -59,6 +59,17 @@ def test_library_modules_do_not_print():
     assert not offenders, f"use logging, not print: {offenders}"
 
 
+def test_library_code_has_no_assert_statements():
+    # Untrusted data gets typed errors (WireError, ConfigError); `python -O` drops asserts.
+    offenders = [
+        f"{relative(path)}:{node.lineno}"
+        for path in library_files()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Assert)
+    ]
+    assert not offenders, f"raise a typed error instead of assert: {offenders}"
+
+
 FORBIDDEN = {
     r"\btorch\.manual_seed\(|\bnp\.random\.seed\(|\brandom\.seed\(": "global RNG seeding (rule 4)",
     r"(?<![.\w])(eval|exec)\(|importlib\.import_module\(": "code from strings (rule 12)",

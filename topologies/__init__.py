@@ -16,6 +16,14 @@ Network side: a node serves `Gossip.Push` (`gossip.proto`) through a `GossipServ
 creates the CA and per-peer certificates for mutual TLS.
 """
 
+from thinwire.topologies.admission import (
+    Claim,
+    FrameWatchdog,
+    StreamGate,
+    StreamLimits,
+    claim_metadata,
+    read_claim,
+)
 from thinwire.topologies.certificates import (
     PeerFiles,
     RunCertificates,
@@ -64,6 +72,7 @@ from thinwire.topologies.node import Absorbed, GossipNode, NodeCore, Prepared, R
 from thinwire.topologies.options import (
     TransportSettings,
     channel_options,
+    message_bound,
     server_options,
     service_config,
 )
@@ -99,9 +108,11 @@ __all__ = [
     "Checkpoint",
     "ChocoNode",
     "ChocoState",
+    "Claim",
     "DPSGDNode",
     "DPSGDState",
     "Delivery",
+    "FrameWatchdog",
     "GossipNode",
     "GossipReceiver",
     "GossipServicer",
@@ -135,6 +146,8 @@ __all__ = [
     "RoundWatch",
     "RunCertificates",
     "Spectrum",
+    "StreamGate",
+    "StreamLimits",
     "TLSIdentity",
     "TopologySummary",
     "Traffic",
@@ -145,6 +158,7 @@ __all__ = [
     "build_node",
     "channel_options",
     "checkpoint_path",
+    "claim_metadata",
     "consensus_distance",
     "create_ca",
     "create_server",
@@ -158,6 +172,7 @@ __all__ = [
     "load_checkpoint",
     "load_mixing_matrix",
     "max_degree_weights",
+    "message_bound",
     "methods",
     "metropolis_hastings",
     "mixing_matrix",
@@ -165,6 +180,7 @@ __all__ = [
     "node_from_common_name",
     "peer_addresses",
     "peer_common_name",
+    "read_claim",
     "read_edge_list",
     "read_node_log",
     "register_method",

@@ -54,6 +54,7 @@ from typing import Any, NamedTuple
 import torch
 
 from thinwire.codecs.model import ModelCodec
+from thinwire.codecs.receive import open_payloads
 from thinwire.codecs.support import derive_seed
 from thinwire.config import ChocoGossip, SparqGossip
 from thinwire.learning import flatten
@@ -69,7 +70,7 @@ from thinwire.topologies.node import (
     elapsed,
 )
 from thinwire.topologies.sparq import Trigger
-from thinwire.wire import Kind, Payload, RawValues, Update, WireError
+from thinwire.wire import Kind
 
 __all__ = ["ChocoNode", "ChocoState", "Link"]
 
@@ -90,12 +91,6 @@ class ChocoState(NamedTuple):
     copies: dict[str, torch.Tensor]  # neighbour id -> (d,) float32: x_hat_j as held here
     links: dict[str, Link]  # neighbour id -> the link's synchronization flags
     codec: dict[str, Any]  # the correction codec's state, per payload
-
-
-def _form(payload: Payload) -> tuple[type, type, torch.dtype | None]:
-    values = payload.values
-    dtype = values.data.dtype if isinstance(values, RawValues) else None
-    return type(payload.support), type(values), dtype
 
 
 class ChocoNode(StateNode):
@@ -134,9 +129,6 @@ class ChocoNode(StateNode):
             Kind.GOSSIP_CORRECTION: self.codec.wire_spec,
             Kind.MODEL: core.dense.wire_spec,
         }
-        ramp = core.named(torch.linspace(-1.0, 1.0, core.size, device=core.workspace.device))
-        sample, _ = self.codec.encode(ramp, self.codec.init(ramp))
-        self._forms = {name: _form(payload) for name, payload in sample.items()}
         self.neighbours = core.neighbours(0)
         start = core.initial if config.estimates == "initial" else torch.zeros_like(core.initial)
         self.state = ChocoState(
@@ -199,23 +191,26 @@ class ChocoNode(StateNode):
         return Prepared(messages, fired, stats.loss, refreshed, elapsed(start))
 
     def open(self, sender: int, round: int, data: bytes) -> Received:
-        """Validates a correction, a full estimate, or (SPARQ) a silence, and decodes it."""
+        """Validates a correction, a full estimate, or (SPARQ) a silence, and decodes it.
+
+        A correction goes through the shared receive path (`open_payloads`): its forms must
+        be this run's codec's, and the decoded values finite and within
+        `aggregation.max_norm_ratio` of this node's model norm.
+        """
         silence = self.trigger is not None
         update = self.core.read(sender, round, data, self._specs, silence=silence)
+        x = self.state.x
         if update is None or update.kind == Kind.MODEL:
-            return self.core.received(sender, round, update, len(data))
-        self._check_forms(update)
-        values = flatten(self.codec.decode(update.tensors, self.core.workspace.device))
+            return self.core.received(sender, round, update, len(data), reference=x)
+        decoded = open_payloads(
+            self.codec,
+            update.tensors,
+            self.core.workspace.device,
+            max_norm=self.core.max_norm(x),
+            what="correction",
+        )
+        values = flatten(decoded)
         return Received(sender, round, update.kind, values, None, asks(update), len(data))
-
-    def _check_forms(self, update: Update) -> None:
-        for name, payload in update.tensors.items():
-            if _form(payload) != self._forms[name]:
-                support, values, dtype = self._forms[name]
-                raise WireError(
-                    f"tensor {name!r}: this run's codec sends {support.__name__} with "
-                    f"{values.__name__}{f' ({dtype})' if dtype else ''}"
-                )
 
     def absorb(self, round: int, inbox: Inbox) -> Absorbed:
         """Applies the round's corrections and estimates, then takes the consensus step."""

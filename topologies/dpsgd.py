@@ -65,7 +65,7 @@ class DPSGDNode(StateNode):
     def open(self, sender: int, round: int, data: bytes) -> Received:
         """Validates a neighbour's model message."""
         update = self.core.read(sender, round, data, self._specs, silence=False)
-        return self.core.received(sender, round, update, len(data))
+        return self.core.received(sender, round, update, len(data), reference=self.state.x)
 
     def absorb(self, round: int, inbox: Inbox) -> Absorbed:
         """x_i = sum_j w_ij x_j, with this node's model standing in for missing ones."""

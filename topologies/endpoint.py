@@ -21,7 +21,7 @@ Example (two nodes on loopback; the handler stores the raw bytes):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import Generic, TypeVar
 
 from thinwire.config import GossipRuntime
@@ -56,7 +56,6 @@ class PeerEndpoint(Generic[T]):
         tls: this node's TLS identity; or
         insecure: True for plaintext (must be explicit).
         start_round: the first round `collect` will hand out.
-        workers: pushes served at once.
     """
 
     def __init__(
@@ -73,7 +72,6 @@ class PeerEndpoint(Generic[T]):
         tls: TLSIdentity | None = None,
         insecure: bool = False,
         start_round: int = 0,
-        workers: int = 8,
     ) -> None:
         require_security(tls, insecure, "PeerEndpoint")
         self.node = node
@@ -102,11 +100,10 @@ class PeerEndpoint(Generic[T]):
         try:
             self._server, self.port = create_server(
                 listen,
-                GossipServicer(self.receiver),
+                GossipServicer(self.receiver, self.settings.stream_limits),
                 tls=tls,
                 insecure=insecure,
                 settings=self.settings,
-                workers=workers,
             )
         except BaseException:
             self.client.close()
@@ -122,8 +119,13 @@ class PeerEndpoint(Generic[T]):
         neighbours: Callable[[int], Collection[int]],
         handler: Callable[[Delivery], T],
         start_round: int = 0,
+        model: Sequence[int] | None = None,
     ) -> PeerEndpoint[T]:
-        """The endpoint a gossip runtime section describes for node `node` of `nodes`."""
+        """The endpoint a gossip runtime section describes for node `node` of `nodes`.
+
+        `model` (each tensor's element count) derives the message size cap when the section
+        leaves `max_message_bytes` unset (see `TransportSettings.from_runtime`).
+        """
         addresses = peer_addresses(runtime, nodes)
         return cls(
             node=node,
@@ -132,7 +134,7 @@ class PeerEndpoint(Generic[T]):
             handler=handler,
             resolve=addresses.__getitem__,
             listen=listen_address(runtime, node, nodes),
-            settings=TransportSettings.from_runtime(runtime),
+            settings=TransportSettings.from_runtime(runtime, model),
             window=runtime.window,
             tls=TLSIdentity.from_config(runtime.tls) if runtime.tls is not None else None,
             insecure=runtime.insecure,

@@ -146,7 +146,9 @@ class PeerExchange:
             handler=self._receive,
             resolve=self._addresses.__getitem__,
             listen=listen_address(runtime, index, count),
-            settings=TransportSettings.from_runtime(runtime),
+            settings=TransportSettings.from_runtime(
+                runtime, [spec.numel for spec in node.core.workspace.spec]
+            ),
             window=runtime.window * spacing,
             tls=self._tls,
             insecure=runtime.insecure,

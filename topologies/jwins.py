@@ -47,6 +47,7 @@ import torch
 
 from thinwire.codecs import wavelet
 from thinwire.codecs.model import FLAT_NAME
+from thinwire.codecs.receive import check_bounded
 from thinwire.codecs.support import derive_seed
 from thinwire.config import JwinsGossip
 from thinwire.topologies.node import (
@@ -137,7 +138,8 @@ class JwinsNode(StateNode):
     def open(self, sender: int, round: int, data: bytes) -> Received:
         """Validates a neighbour's coefficients: fp32 values, all or at explicit indices."""
         update = self.core.read(sender, round, data, self._specs, silence=False)
-        assert update is not None
+        if update is None:  # read returns None only where silence is allowed
+            raise WireError("empty message, but JWINS never stays silent")
         payload = update.tensors[FLAT_NAME]
         values = payload.values
         if not isinstance(values, RawValues) or values.data.dtype != torch.float32:
@@ -149,6 +151,11 @@ class JwinsNode(StateNode):
         else:
             raise WireError("JWINS coefficients travel at explicit indices, not seeded ones")
         data_values = values.data.to(self.core.workspace.device)
+        check_bounded(
+            {FLAT_NAME: data_values},
+            self.core.max_norm(self.state.x),
+            what="wavelet coefficients",
+        )
         return Received(sender, round, Kind.MODEL, data_values, indices, False, len(data))
 
     def absorb(self, round: int, inbox: Inbox) -> Absorbed:

@@ -15,7 +15,8 @@ calls `open(sender, round, data) -> Received` itself and passes `Received` value
 The concrete methods (`DPSGDNode`, `ChocoNode` for CHOCO and SPARQ, `JwinsNode`) share the
 `NodeCore` below by composition: the node's data and id, the workspace it trains in, the
 graph schedule, the dense model codec, and the checks every message gets (sender, round,
-spec, payload types). Everything that changes between rounds lives in the node's `state`, a
+spec, payload types, and values finite and within `aggregation.max_norm_ratio` of the
+node's own model norm). Everything that changes between rounds lives in the node's `state`, a
 NamedTuple, which `state_dict` / `load_state_dict` turn into a checkpoint and back.
 """
 
@@ -31,6 +32,7 @@ import torch
 
 from thinwire import statetree
 from thinwire.codecs.model import ModelCodec
+from thinwire.codecs.receive import check_bounded, norm_bound
 from thinwire.codecs.support import derive_seed
 from thinwire.config import Experiment
 from thinwire.learning import (
@@ -331,11 +333,34 @@ class NodeCore:
             parts.append(values.data.reshape(-1))
         return torch.cat(parts).to(self.workspace.device)
 
-    def received(self, sender: int, round: int, update: Update | None, size: int) -> Received:
-        """A `Received` for a full-vector message (or silence, when `update` is None)."""
+    def max_norm(self, reference: torch.Tensor) -> float:
+        """The largest l2 norm this node accepts in a message, given its model `reference`.
+
+        `aggregation.max_norm_ratio * max(||reference||, 1)`; see `thinwire.codecs.receive`.
+        """
+        return norm_bound(reference, self.experiment.aggregation.max_norm_ratio)
+
+    def received(
+        self,
+        sender: int,
+        round: int,
+        update: Update | None,
+        size: int,
+        *,
+        reference: torch.Tensor,
+    ) -> Received:
+        """A `Received` for a full-vector message (or silence, when `update` is None).
+
+        The vector must be finite and within `max_norm(reference)`, `reference` being this
+        node's model.
+
+        Raises:
+            WireError: for a model that is not dense fp32, or out of bounds (`BoundError`).
+        """
         if update is None:
             return Received(sender, round, None, _EMPTY, None, False, size)
         values = self.dense_values(update)
+        check_bounded({"model": values}, self.max_norm(reference), what="model")
         return Received(sender, round, update.kind, values, None, asks(update), size)
 
     def unpack(

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import grpc
+import torch
 
 from thinwire.config import Experiment, GossipRuntime
 from thinwire.learning import Evaluation, evaluate, flatten, load_federation, unflatten
@@ -250,21 +251,21 @@ class _RoundLoop:
         return last
 
     def _log(self, report: NodeReport) -> None:
-        if (
-            report.missing
-            or report.rejected
-            or report.round % self.experiment.train.eval_every == 0
-        ):
-            logger.info(
-                "node %d round %d/%d: loss %.4f, sent %d B, missing %s, rejected %s",
-                report.node,
-                report.round,
-                self.experiment.train.rounds,
-                report.train_loss,
-                report.bytes_sent,
-                list(report.missing),
-                list(report.rejected),
-            )
+        # One line a round, as the star's server prints: a peer under nohup or a batch
+        # system shows its progress and its neighbours' health as it goes.
+        logger.info(
+            "node %d round %d/%d: loss %.4f, sent %d B, received %d B, missing %s, "
+            "rejected %s, %.2f s",
+            report.node,
+            report.round,
+            self.experiment.train.rounds,
+            report.train_loss,
+            report.bytes_sent,
+            report.bytes_received,
+            list(report.missing),
+            list(report.rejected),
+            report.compute_s,
+        )
 
 
 class PeerRunSummary(NamedTuple):
@@ -275,6 +276,9 @@ class PeerRunSummary(NamedTuple):
     consensus_distance: float  # mean_i ||x_i - x_bar||^2
     bytes_sent: dict[int, int]  # node -> payload bytes it sent over the run
     missing: dict[int, int]  # node -> neighbour-rounds it went without a message
+    model: dict[str, torch.Tensor]  # the average model x_bar, named
+    input_shape: tuple[int, ...]  # one example's shape: with `num_classes`, rebuilds the model
+    num_classes: int
 
 
 def summarize_peers(
@@ -303,7 +307,18 @@ def summarize_peers(
         sent[node] = sum(r.bytes_sent for r in reports)
         missing[node] = sum(len(r.missing) for r in reports)
     mean = average_model(vectors)
-    workspace.load(unflatten(mean, workspace.zeros()))
+    model = unflatten(mean, workspace.zeros())
+    workspace.load(model)
     x_test, y_test = federation.test_data()
     evaluation = evaluate(workspace.model, x_test, y_test)
-    return PeerRunSummary(rounds, evaluation, consensus_distance(vectors), sent, missing)
+    dataset = federation.dataset
+    return PeerRunSummary(
+        rounds,
+        evaluation,
+        consensus_distance(vectors),
+        sent,
+        missing,
+        model,
+        dataset.input_shape,
+        dataset.num_classes,
+    )

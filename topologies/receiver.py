@@ -2,11 +2,14 @@
 
 `GossipReceiver.receive` takes the frames of one push and either answers it with a
 `PushReply` or raises `PushRejected` carrying the gRPC status the servicer aborts with.
-Everything is checked on the header first, before a byte of the update is read:
+Everything is checked on the header first, before a byte of the update is read (and a
+push's claim, from its call metadata, is screened by `screen` before even the header; see
+`thinwire.topologies.admission`):
 
 | check | status |
 |---|---|
 | no header frame first, or a malformed header | INVALID_ARGUMENT |
+| the header differs from the push's claim (run, sender, round) | INVALID_ARGUMENT |
 | the header names another run | FAILED_PRECONDITION |
 | the caller's certificate names another node than the header's sender | PERMISSION_DENIED |
 | more bytes declared than `max_message_bytes` | RESOURCE_EXHAUSTED |
@@ -15,7 +18,8 @@ Everything is checked on the header first, before a byte of the update is read:
 | round at or beyond current + window | OUT_OF_RANGE |
 | (sender, round) already delivered / round already collected | reply DUPLICATE / STALE |
 
-Then the data frames are copied into one buffer as they arrive (a second header, an empty
+Then the data frames are appended to one buffer as they arrive, so memory follows the bytes
+received, never the size declared (a second header, an empty
 frame, or bytes or frames beyond or short of the declared counts are INVALID_ARGUMENT), and
 the complete update goes to the injected handler: typically `thinwire.wire` decoding and
 validation against the model. A handler that raises `ValueError` rejects the update
@@ -34,7 +38,6 @@ from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
 
 import grpc
-import numpy as np
 
 from thinwire.topologies import gossip_pb2
 from thinwire.topologies.certificates import node_from_common_name
@@ -50,12 +53,17 @@ T = TypeVar("T")
 
 
 class PushRejected(Exception):
-    """A push the receiver refuses, with the gRPC status to answer it with."""
+    """A push the receiver refuses, with the gRPC status to answer it with.
 
-    def __init__(self, code: grpc.StatusCode, reason: str) -> None:
+    `transient` marks a refusal the same push may pass moments later (no stream was free);
+    every other refusal is a verdict on the push, and the pusher must not retry it.
+    """
+
+    def __init__(self, code: grpc.StatusCode, reason: str, *, transient: bool = False) -> None:
         super().__init__(f"{code.name}: {reason}")
         self.code = code
         self.reason = reason
+        self.transient = transient
 
 
 class Delivery(NamedTuple):
@@ -129,30 +137,66 @@ class GossipReceiver(Generic[T]):
             return ReceiverCounters(dict(self._rejected), dict(self._invalid))
 
     def receive(
-        self, frames: Iterator[bytes], *, identity: str | None = None
+        self,
+        frames: Iterator[bytes],
+        *,
+        identity: str | None = None,
+        claim: tuple[str, int, int] | None = None,
     ) -> gossip_pb2.PushReply:
         """Handles one push, from its header frame to the reply.
 
         Args:
             frames: the push's frames, as gRPC delivers them.
             identity: the common name of the caller's verified client certificate, if any.
+            claim: the (run id, sender, round) the push named before its first frame, if
+                it did (see `screen`); the header must agree.
 
         Raises:
             PushRejected: with the status to answer; the refusal is counted and logged.
         """
         try:
-            return self._receive(frames, identity)
+            return self._receive(frames, identity, claim)
         except PushRejected as rejected:
-            with self._lock:
-                self._rejected[rejected.code.name] += 1
-            logger.warning("node %d refused a push: %s", self.node, rejected)
-            raise
+            raise self.refused(rejected) from None
 
-    def _receive(self, frames: Iterator[bytes], identity: str | None) -> gossip_pb2.PushReply:
+    def screen(self, run_id: str, sender: int, round: int, identity: str | None = None) -> None:
+        """Checks what a push claims to be before any of its frames is read (see `receive`).
+
+        Raises:
+            PushRejected: FAILED_PRECONDITION for another run; PERMISSION_DENIED when the
+                caller's certificate names another node, or `sender` is not this node's
+                neighbour in `round`. Counted.
+        """
+        try:
+            self._check_run(run_id)
+            self._check_identity(sender, identity)
+            self._check_neighbour(sender, round)
+        except PushRejected as rejected:
+            raise self.refused(rejected) from None
+
+    def refused(self, rejected: PushRejected) -> PushRejected:
+        """Counts and logs a refusal (made here or by the transport); returns it to raise."""
+        with self._lock:
+            self._rejected[rejected.code.name] += 1
+        # A full lane is routine under load (the pusher retries) and, under a flood, would
+        # write a line per stream: counted always, logged at debug level only.
+        level = logging.DEBUG if rejected.transient else logging.WARNING
+        logger.log(level, "node %d refused a push: %s", self.node, rejected)
+        return rejected
+
+    def _receive(
+        self, frames: Iterator[bytes], identity: str | None, claim: tuple[str, int, int] | None
+    ) -> gossip_pb2.PushReply:
         first = next(frames, None)
         if first is None:
             raise PushRejected(grpc.StatusCode.INVALID_ARGUMENT, "empty push: no header frame")
         header = self._header(first)
+        if claim is not None and (header.run_id, header.sender, header.round) != tuple(claim):
+            raise PushRejected(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the push claimed run {claim[0]!r}, node {claim[1]}, round {claim[2]}; its "
+                f"header says run {header.run_id!r}, node {header.sender}, round {header.round}",
+            )
         admission = self._admit(header, identity)
         if admission is not Admission.OPEN:
             return self._reply(header, admission, received=0, metadata=len(first))
@@ -191,17 +235,8 @@ class GossipReceiver(Generic[T]):
 
     def _admit(self, header: gossip_pb2.Header, identity: str | None) -> Admission:
         code = grpc.StatusCode
-        if header.run_id != self.run_id:
-            raise PushRejected(
-                code.FAILED_PRECONDITION,
-                f"push for run {header.run_id!r}; this node serves run {self.run_id!r}",
-            )
-        if identity is not None and node_from_common_name(identity) != header.sender:
-            raise PushRejected(
-                code.PERMISSION_DENIED,
-                f"the caller's certificate names {identity!r}; it cannot push as node "
-                f"{header.sender}",
-            )
+        self._check_run(header.run_id)
+        self._check_identity(header.sender, identity)
         if header.total_bytes > self.max_message_bytes:
             raise PushRejected(
                 code.RESOURCE_EXHAUSTED,
@@ -218,16 +253,33 @@ class GossipReceiver(Generic[T]):
                 f"{header.chunks} chunks cannot carry {header.total_bytes} bytes "
                 "(every chunk holds at least one byte)",
             )
-        if header.sender == self.node or header.sender not in self._neighbours(header.round):
-            raise PushRejected(
-                code.PERMISSION_DENIED,
-                f"node {header.sender} is not a neighbour of node {self.node} in round "
-                f"{header.round}",
-            )
+        self._check_neighbour(header.sender, header.round)
         admission = self.mailbox.screen(header.sender, header.round)
         if admission is Admission.TOO_EARLY:
             raise self._beyond_window(header)
         return admission
+
+    def _check_run(self, run_id: str) -> None:
+        if run_id != self.run_id:
+            raise PushRejected(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"push for run {run_id!r}; this node serves run {self.run_id!r}",
+            )
+
+    @staticmethod
+    def _check_identity(sender: int, identity: str | None) -> None:
+        if identity is not None and node_from_common_name(identity) != sender:
+            raise PushRejected(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"the caller's certificate names {identity!r}; it cannot push as node {sender}",
+            )
+
+    def _check_neighbour(self, sender: int, round: int) -> None:
+        if sender == self.node or sender not in self._neighbours(round):
+            raise PushRejected(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"node {sender} is not a neighbour of node {self.node} in round {round}",
+            )
 
     def _beyond_window(self, header: gossip_pb2.Header) -> PushRejected:
         return PushRejected(
@@ -239,9 +291,9 @@ class GossipReceiver(Generic[T]):
     @staticmethod
     def _read(header: gossip_pb2.Header, frames: Iterator[bytes]) -> tuple[memoryview, int]:
         total, chunks = header.total_bytes, header.chunks
-        # Not zeroed: every byte is written before use, or the push is rejected.
-        buffer = np.empty(total, dtype=np.uint8).data
-        offset = count = framing = 0
+        # Grows with the bytes that arrive: a declared size reserves nothing.
+        buffer = bytearray()
+        count = framing = 0
         for frame in frames:
             try:
                 part = parse_frame(frame)
@@ -251,22 +303,21 @@ class GossipReceiver(Generic[T]):
                 raise PushRejected(grpc.StatusCode.INVALID_ARGUMENT, "a second header frame")
             size = len(part)
             count += 1
-            if size == 0 or count > chunks or offset + size > total:
+            if size == 0 or count > chunks or len(buffer) + size > total:
                 raise PushRejected(
                     grpc.StatusCode.INVALID_ARGUMENT,
                     f"data chunk {count} ({size} bytes) does not fit the header's "
                     f"{total} bytes in {chunks} non-empty chunks",
                 )
-            buffer[offset : offset + size] = part
-            offset += size
+            buffer += part
             framing += len(frame) - size
-        if offset != total or count != chunks:
+        if len(buffer) != total or count != chunks:
             raise PushRejected(
                 grpc.StatusCode.INVALID_ARGUMENT,
-                f"stream ended after {offset} bytes in {count} chunks; the header declared "
+                f"stream ended after {len(buffer)} bytes in {count} chunks; the header declared "
                 f"{total} bytes in {chunks}",
             )
-        return buffer.toreadonly(), framing
+        return memoryview(buffer).toreadonly(), framing
 
     def _handle(self, delivery: Delivery) -> T:
         try:

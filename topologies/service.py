@@ -14,12 +14,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any, NoReturn
 
 import grpc
 
 from thinwire.topologies import gossip_pb2, gossip_pb2_grpc
+from thinwire.topologies.admission import (
+    Claim,
+    FrameWatchdog,
+    StreamGate,
+    StreamLimits,
+    read_claim,
+    remote_host,
+)
 from thinwire.topologies.framing import SERVICE_NAME
 from thinwire.topologies.options import TransportSettings, server_options
 from thinwire.topologies.receiver import GossipReceiver, PushRejected
@@ -29,25 +37,71 @@ __all__ = ["GossipServicer", "create_server", "serving", "stop_server"]
 
 logger = logging.getLogger(__name__)
 
+_SPARE_WORKERS = 8
+"""Threads beyond the admitted streams: even when every lane is held, a new stream is
+screened (and an honest one answered) at once instead of waiting for a worker."""
+_QUEUED_PER_STREAM = 4
+"""Calls gRPC accepts at once per admitted stream: a burst of strangers queues behind
+refusals that take microseconds each, so an honest push in the burst is delayed, not
+refused; beyond it gRPC refuses at once (RESOURCE_EXHAUSTED)."""
+
+_FINAL = (("grpc-retry-pushback-ms", "-1"),)
+"""Trailing metadata that forbids the caller's channel to retry the call (gRPC retry spec)."""
+
 
 class GossipServicer(gossip_pb2_grpc.GossipServicer):
-    """Serves `Gossip.Push` by delegating to a `GossipReceiver`."""
+    """Serves `Gossip.Push` by delegating to a `GossipReceiver`, within `StreamLimits`.
 
-    def __init__(self, receiver: GossipReceiver[Any]) -> None:
+    Before a frame is read, the push's claim (call metadata) is screened and the stream is
+    admitted to its lane or refused at once (see `thinwire.topologies.admission`); then
+    every frame must arrive within `limits.frame_timeout_s`, the push within
+    `limits.stream_timeout_s`.
+    """
+
+    def __init__(self, receiver: GossipReceiver[Any], limits: StreamLimits | None = None) -> None:
         self.receiver = receiver
+        self.limits = limits or StreamLimits()
+        self.gate = StreamGate(self.limits)
+        self.watchdog = FrameWatchdog(self.limits.frame_timeout_s, self.limits.stream_timeout_s)
 
     def Push(  # noqa: N802 -- the rpc's name in gossip.proto
         self, request_iterator: Iterator[bytes], context: grpc.ServicerContext
     ) -> gossip_pb2.PushReply:
         """Receives one push; aborts with the receiver's status when it refuses it."""
+        identity = peer_common_name(context)
         try:
-            return self.receiver.receive(request_iterator, identity=peer_common_name(context))
+            claim = self._screen(context, identity)
+            host = remote_host(context.peer())
+            with ExitStack() as place:
+                try:
+                    place.enter_context(
+                        self.gate.admit(host, None if claim is None else claim.sender)
+                    )
+                except PushRejected as rejected:
+                    raise self.receiver.refused(rejected) from None
+                frames = self.watchdog.watch(request_iterator, context.cancel)
+                return self.receiver.receive(frames, identity=identity, claim=claim)
         except PushRejected as rejected:
+            if not rejected.transient:
+                # gRPC's retry policy would retry RESOURCE_EXHAUSTED (a full receiver); a
+                # negative pushback tells the pusher's channel that this verdict is final.
+                context.set_trailing_metadata(_FINAL)
             _abort(context, rejected.code, rejected.reason)
         except grpc.RpcError:
             # The pusher cancelled, or its deadline passed, in the middle of the stream.
             logger.info("node %d: a push stream ended early", self.receiver.node)
             _abort(context, grpc.StatusCode.CANCELLED, "the push stream ended early")
+
+    def _screen(self, context: grpc.ServicerContext, identity: str | None) -> Claim | None:
+        try:
+            claim = read_claim(context.invocation_metadata())
+        except ValueError as exc:
+            raise self.receiver.refused(
+                PushRejected(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            ) from None
+        if claim is not None:
+            self.receiver.screen(claim.run_id, claim.sender, claim.round, identity)
+        return claim
 
 
 def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, reason: str) -> NoReturn:
@@ -71,7 +125,6 @@ def create_server(
     tls: TLSIdentity | None = None,
     insecure: bool = False,
     settings: TransportSettings | None = None,
-    workers: int = 8,
 ) -> tuple[grpc.Server, int]:
     """Builds, binds and starts a server for `servicer`.
 
@@ -81,7 +134,10 @@ def create_server(
         tls: serve TLS with this identity (mutual when `tls.mutual`).
         insecure: serve plaintext; must be asked for explicitly, instead of `tls`.
         settings: transport settings; they cap the size of a frame.
-        workers: pushes served at once (each holds one thread while it streams).
+
+    The server has a worker thread for every stream `servicer.limits` admits in all, plus a
+    few that stay free to screen and refuse new streams; gRPC queues at most
+    `_QUEUED_PER_STREAM` calls per admitted stream and refuses the rest at once.
 
     Returns:
         The started server and the port it listens on.
@@ -91,12 +147,12 @@ def create_server(
             address cannot be bound.
     """
     require_security(tls, insecure, "create_server")
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
     options = server_options(settings or TransportSettings())
+    total = servicer.limits.total
     server = grpc.server(
-        ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gossip-push"),
+        ThreadPoolExecutor(max_workers=total + _SPARE_WORKERS, thread_name_prefix="gossip-push"),
         options=options,
+        maximum_concurrent_rpcs=_QUEUED_PER_STREAM * total,
     )
     _add_servicer(servicer, server)
     try:
@@ -130,13 +186,10 @@ def serving(
     tls: TLSIdentity | None = None,
     insecure: bool = False,
     settings: TransportSettings | None = None,
-    workers: int = 8,
     grace_s: float = 1.0,
 ) -> Iterator[int]:
     """`create_server` for a `with` block: yields the port, stops the server on exit."""
-    server, port = create_server(
-        address, servicer, tls=tls, insecure=insecure, settings=settings, workers=workers
-    )
+    server, port = create_server(address, servicer, tls=tls, insecure=insecure, settings=settings)
     try:
         yield port
     finally:

@@ -43,7 +43,13 @@ from thinwire.topologies.node import GossipNode
 from thinwire.topologies.reports import NodeReport
 from thinwire.topologies.schedule import GraphSchedule
 
-__all__ = ["GossipSimulation", "average_model", "consensus_distance", "simulate_gossip"]
+__all__ = [
+    "GossipSimulation",
+    "average_model",
+    "consensus_distance",
+    "network_s",
+    "simulate_gossip",
+]
 
 
 class GossipSimulation(NamedTuple):
@@ -53,6 +59,8 @@ class GossipSimulation(NamedTuple):
     model: dict[str, torch.Tensor]  # the final average model x_bar, named
     models: list[torch.Tensor]  # each node's final model, flat (d,) float32
     reports: list[list[NodeReport]]  # per round, per node
+    input_shape: tuple[int, ...]  # one example's shape: with `num_classes`, rebuilds the model
+    num_classes: int
 
 
 def average_model(vectors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -68,7 +76,8 @@ def consensus_distance(vectors: Sequence[torch.Tensor]) -> float:
     return float((stacked - stacked.mean(dim=0)).square().sum(dim=1).mean())
 
 
-def _network_s(channel: Channel, reports: Sequence[NodeReport]) -> float:
+def network_s(channel: Channel, reports: Sequence[NodeReport]) -> float:
+    """Simulated network time of a round: the slowest node's pushes or receipts."""
     times = [0.0]
     for report in reports:
         sent, received = report.bytes_sent, report.bytes_received
@@ -148,7 +157,7 @@ def simulate_gossip(
             "cum_bytes_up": cum_up,
             "cum_bytes_down": cum_down,
             "updates_sent": sum(1 for r in reports for n in r.sent.values() if n),
-            "sim_time_s": _network_s(channel, reports),
+            "sim_time_s": network_s(channel, reports),
             "compute_s": max(r.compute_s for r in reports),
             "wall_s": time.perf_counter() - start,
             "consensus_distance": consensus_distance(vectors),
@@ -166,4 +175,7 @@ def simulate_gossip(
             on_round(record)
     final = [node.vector().clone() for node in nodes]
     model = unflatten(average_model(final), workspace.zeros())
-    return GossipSimulation(records, model, final, history)
+    dataset = federation.dataset
+    return GossipSimulation(
+        records, model, final, history, dataset.input_shape, dataset.num_classes
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -20,7 +21,7 @@ from rich.table import Table
 from thinwire.topologies.mixing import spectrum
 from thinwire.topologies.schedule import GraphSchedule
 
-__all__ = ["TopologySummary", "draw_graph", "summarize", "summary_table"]
+__all__ = ["SERVER", "TopologySummary", "draw_graph", "server_star", "summarize", "summary_table"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +103,26 @@ def summary_table(summary: TopologySummary) -> Table:
     return table
 
 
-def _layout(graph: nx.Graph) -> dict[int, np.ndarray]:
+SERVER = "server"
+"""The hub node of `server_star`."""
+
+_CIRCULAR = ("ring", "small_world", "regular", "exponential", "complete", "matching")
+
+
+def server_star(clients: int) -> nx.Graph:
+    """The federated star: a server hub and clients 0..clients-1, each linked to it only."""
+    graph = nx.Graph(kind="server_star")
+    graph.add_node(SERVER)
+    graph.add_edges_from((SERVER, i) for i in range(clients))
+    return graph
+
+
+def _layout(graph: nx.Graph) -> dict[Any, np.ndarray]:
     kind = graph.graph.get("kind")
     n = graph.number_of_nodes()
+    if kind == "server_star":
+        clients = [v for v in graph.nodes if v != SERVER]
+        return nx.shell_layout(graph, [[SERVER], clients])
     if kind == "torus" and "shape" in graph.graph:
         _, cols = graph.graph["shape"]
         return {i: np.array([i % cols, -(i // cols)], dtype=float) for i in graph.nodes}
@@ -118,10 +136,20 @@ def _layout(graph: nx.Graph) -> dict[int, np.ndarray]:
 
 
 def _split_edges(
-    graph: nx.Graph, positions: dict[int, np.ndarray]
+    graph: nx.Graph, positions: dict[Any, np.ndarray]
 ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(edges drawn straight, edges drawn as light arcs)."""
+    kind = graph.graph.get("kind")
+    if kind in _CIRCULAR:
+        # On a circle, edges between neighbouring positions form the ring; the rest are
+        # chords, drawn light and bent so a dense or small-world graph stays readable.
+        n = graph.number_of_nodes()
+        reach = {e: min(abs(e[0] - e[1]), n - abs(e[0] - e[1])) for e in graph.edges}
+        lattice = float(np.median(list(reach.values()))) if reach else 1.0
+        ring = [e for e, d in reach.items() if d <= max(1.0, lattice)]
+        return ring, [e for e, d in reach.items() if d > max(1.0, lattice)]
     # A torus's wrap-around edges would run straight over a whole grid row; bend them.
-    if graph.graph.get("kind") != "torus":
+    if kind != "torus":
         return list(graph.edges), []
     straight: list[tuple[int, int]] = []
     curved: list[tuple[int, int]] = []
@@ -137,8 +165,10 @@ def draw_graph(
     """Draws `graph` to a PNG file and returns its path (parent folders are created).
 
     The layout follows the kind in `graph.graph["kind"]`: a grid for a torus, a line for a
-    chain, a hub and a circle for a star, a seeded spring layout for irregular graphs and a
-    circle otherwise. Node ids are printed up to 50 nodes.
+    chain, a hub and a circle for a star (the server as hub for `server_star`), a seeded
+    spring layout for irregular graphs and a circle otherwise, where edges between
+    neighbours on the circle are the ring and the rest light arcs (chords). Edges thin and
+    fade as their number grows. Node ids are printed up to 50 nodes.
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -148,24 +178,47 @@ def draw_graph(
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     positions = _layout(graph)
-    node_size = max(30.0, 600.0 / math.sqrt(max(n, 1)))
+    node_size = max(6.0, min(600.0 / math.sqrt(max(n, 1)), 2000.0 / max(n, 1)))
     straight, curved = _split_edges(graph, positions)
-    nx.draw_networkx_edges(graph, positions, straight, ax=axes, edge_color="#888888", width=0.8)
+    # Many edges: thinner and fainter, so their density shows instead of a solid blot.
+    crowd = max(1.0, graph.number_of_edges() / 150.0)
+    width, alpha = max(0.2, 0.8 / math.sqrt(crowd)), max(0.08, 1.0 / crowd)
+    nx.draw_networkx_edges(
+        graph, positions, straight, ax=axes, edge_color="#777777", width=width, alpha=alpha
+    )
     if curved:
         nx.draw_networkx_edges(
             graph,
             positions,
             curved,
             ax=axes,
-            edge_color="#bbbbbb",
-            width=0.8,
+            edge_color="#5f7fa8",
+            width=width,
+            alpha=max(0.15, min(0.6, alpha)),
             arrows=True,
             arrowstyle="-",
             connectionstyle="arc3,rad=0.25",
         )
-    nx.draw_networkx_nodes(graph, positions, ax=axes, node_size=node_size, node_color="#3b75af")
-    if n <= 50:
-        nx.draw_networkx_labels(graph, positions, ax=axes, font_size=7, font_color="white")
+    clients = [v for v in graph.nodes if v != SERVER]
+    nx.draw_networkx_nodes(
+        graph, positions, clients, ax=axes, node_size=node_size, node_color="#3b75af"
+    )
+    if SERVER in graph:
+        nx.draw_networkx_nodes(
+            graph,
+            positions,
+            [SERVER],
+            ax=axes,
+            node_size=1200,
+            node_color="#c0392b",
+            node_shape="s",
+        )
+        nx.draw_networkx_labels(
+            graph, positions, {SERVER: "server"}, ax=axes, font_size=8, font_color="white"
+        )
+    if len(clients) <= 50:
+        labels = {v: str(v) for v in clients}
+        nx.draw_networkx_labels(graph, positions, labels, ax=axes, font_size=7, font_color="white")
     axes.set_title(title or f"{graph.graph.get('kind', 'graph')} ({n} nodes)")
     axes.set_axis_off()
     figure.savefig(target, dpi=dpi, bbox_inches="tight")

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import grpc
 
 from thinwire.topologies import gossip_pb2
+from thinwire.topologies.admission import claim_metadata
 from thinwire.topologies.framing import PUSH_METHOD, chunk_count, push_frames
 from thinwire.topologies.options import TransportSettings, channel_options
 from thinwire.topologies.security import TLSIdentity, require_security
@@ -157,10 +158,13 @@ class PeerClient:
         # Open every channel first: a neighbour that cannot be resolved fails the call
         # before any push is in flight.
         callables = {peer: self._push_callable(peer) for peer in sorted(set(to))}
+        # The claim lets a receiver put the push in this node's lane before reading it.
+        claim = claim_metadata(self.run_id, self.node, round)
         calls = {}
         for peer, call in callables.items():
             frames = _Counted(header, message, chunk)
-            calls[peer] = (call.future(iter(frames), timeout=self.settings.timeout_s), frames)
+            future = call.future(iter(frames), timeout=self.settings.timeout_s, metadata=claim)
+            calls[peer] = (future, frames)
         return {peer: self._settle(round, peer, *call) for peer, call in calls.items()}
 
     def _settle(self, round: int, peer: int, future: Any, frames: _Counted) -> PushResult:

@@ -8,8 +8,12 @@ numbers. The core keys below are always present; a runtime or policy adds its ow
         config.yaml     the resolved experiment
         metrics.jsonl   one JSON record per round, appended as rounds finish
         metrics.csv     the same table, written when the run closes
-        summary.json    final and best accuracy, totals
-        curves.png      accuracy against rounds and against cumulative uplink bytes
+        summary.json    the run's status, then final and best accuracy and totals
+        curves.png      accuracy, loss and bytes against rounds and cumulative bytes
+
+`summary.json` is written when the run starts, with `status: running`, and rewritten when it
+ends: `finished`, or `failed` / `interrupted` with the `error`, beside the summary of the
+rounds that did finish. A folder never claims a result its run did not reach.
 """
 
 from __future__ import annotations
@@ -18,10 +22,11 @@ import csv
 import datetime as _dt
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -29,15 +34,14 @@ from thinwire.config import Experiment
 
 __all__ = [
     "CORE_KEYS",
+    "RUN_STATUSES",
     "Record",
     "RoundProgress",
     "RunRecorder",
-    "compare_runs",
     "format_bytes",
     "load_records",
     "new_run_dir",
-    "plot_comparison",
-    "plot_run",
+    "round_line",
     "summarize",
 ]
 
@@ -57,6 +61,10 @@ CORE_KEYS = (
     "compute_s",  # measured compute time of the round (slowest participant)
     "wall_s",  # measured wall-clock time of the round
 )
+
+
+RUN_STATUSES = ("running", "finished", "failed", "interrupted")
+"""The `status` of a run folder's `summary.json`."""
 
 
 def format_bytes(n: float) -> str:
@@ -104,16 +112,44 @@ def summarize(records: Sequence[Mapping[str, float]]) -> dict[str, float]:
 
 
 class RunRecorder:
-    """Writes a run folder: the resolved config up front, then records as rounds finish."""
+    """Writes a run folder: the resolved config up front, then records as rounds finish.
 
-    def __init__(self, experiment: Experiment, *, run_dir: Path | None = None) -> None:
+    Used as a context manager, it marks the folder `failed` (or `interrupted`) with the
+    error when the block raises, and `finished` when `close` is called.
+    """
+
+    def __init__(
+        self,
+        experiment: Experiment,
+        *,
+        run_dir: Path | None = None,
+        keep_rounds: int | None = None,
+    ) -> None:
+        """Opens a run folder for writing.
+
+        Args:
+            experiment: the run's resolved experiment.
+            run_dir: the folder; a fresh `<output>/<name>-<timestamp>` one by default.
+            keep_rounds: continue an existing folder (a resumed run): its records up to
+                and including this round are kept, later ones dropped, and its
+                `config.yaml` is left as it is.
+        """
         self.experiment = experiment
         self.dir = run_dir or new_run_dir(Path(experiment.output), experiment.name)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.records: list[Record] = []
-        config = experiment.model_dump(mode="json")
-        (self.dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-        self._jsonl = (self.dir / "metrics.jsonl").open("w")
+        jsonl = self.dir / "metrics.jsonl"
+        if keep_rounds is None:
+            self.records: list[Record] = []
+            config = experiment.model_dump(mode="json")
+            (self.dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        else:
+            kept = load_records(self.dir) if jsonl.is_file() else []
+            self.records = [r for r in kept if int(r["round"]) <= keep_rounds]
+        self._jsonl = jsonl.open("w")
+        for record in self.records:
+            self._jsonl.write(json.dumps(record, allow_nan=True) + "\n")
+        self._jsonl.flush()
+        self._write_summary("running")
 
     def add(self, record: Mapping[str, float | int]) -> None:
         """Appends one round's record (flushed at once, so a crash keeps finished rounds)."""
@@ -125,17 +161,36 @@ class RunRecorder:
         self._jsonl.flush()
 
     def close(self) -> dict[str, float]:
-        """Writes the CSV, the summary and the plot; returns the summary."""
+        """Marks the run finished; writes the CSV, the summary and the plot; returns the summary."""
+        return self._finish("finished")
+
+    def _finish(self, status: str, error: str | None = None) -> dict[str, float]:
         self._jsonl.close()
         keys = list(CORE_KEYS) + sorted(set().union(*self.records) - set(CORE_KEYS))
         with (self.dir / "metrics.csv").open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=keys)
             writer.writeheader()
             writer.writerows(self.records)
-        summary = summarize(self.records)
-        (self.dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=True))
+        summary = self._write_summary(status, error)
         if self.records:
+            from thinwire.plots import plot_run  # matplotlib loads only when a run ends
+
             plot_run(self.records, self.dir / "curves.png", title=self.experiment.name)
+        return summary
+
+    def _write_summary(self, status: str, error: str | None = None) -> dict[str, float]:
+        summary = summarize(self.records)
+        document: dict[str, Any] = {
+            "status": status,
+            "rounds_planned": self.experiment.train.rounds,
+            **summary,
+        }
+        if error is not None:
+            document["error"] = error
+        path = self.dir / "summary.json"
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(json.dumps(document, indent=2, allow_nan=True))
+        partial.replace(path)
         return summary
 
     def __enter__(self) -> RunRecorder:
@@ -147,8 +202,14 @@ class RunRecorder:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if not self._jsonl.closed:
+        if self._jsonl.closed:
+            return
+        if exc is None:
             self.close()
+        elif isinstance(exc, KeyboardInterrupt):
+            self._finish("interrupted", "interrupted (Ctrl-C or a signal)")
+        else:
+            self._finish("failed", f"{type(exc).__name__}: {exc}")
 
 
 def load_records(run_dir: str | Path) -> list[Record]:
@@ -159,70 +220,21 @@ def load_records(run_dir: str | Path) -> list[Record]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _series(records: Sequence[Mapping[str, float]], x_key: str) -> tuple[list[float], list[float]]:
-    pairs = [
-        (float(r[x_key]), float(r["accuracy"]))
-        for r in records
-        if not math.isnan(float(r.get("accuracy", math.nan)))
-    ]
-    return [p[0] for p in pairs], [p[1] for p in pairs]
-
-
-def plot_comparison(
-    runs: Mapping[str, Sequence[Mapping[str, float]]], path: Path, *, title: str = ""
-) -> None:
-    """Accuracy against rounds and against cumulative uplink bytes (log scale), per run."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (by_round, by_bytes) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for label, records in runs.items():
-        by_round.plot(*_series(records, "round"), label=label, marker=".", markersize=3)
-        xs, ys = _series(records, "cum_bytes_up")
-        if any(x > 0 for x in xs):
-            by_bytes.plot(xs, ys, label=label, marker=".", markersize=3)
-    by_round.set_xlabel("round")
-    by_bytes.set_xlabel("cumulative uplink bytes")
-    by_bytes.set_xscale("log")
-    for ax in (by_round, by_bytes):
-        ax.set_ylabel("test accuracy")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def plot_run(records: Sequence[Mapping[str, float]], path: Path, *, title: str = "") -> None:
-    """The two accuracy curves of one run."""
-    plot_comparison({title or "run": records}, path, title=title)
-
-
-def compare_runs(
-    run_dirs: Iterable[str | Path],
-) -> tuple[dict[str, list[Record]], list[dict[str, Any]]]:
-    """Loads several run folders; returns their records by name and one summary row each."""
-    runs: dict[str, list[Record]] = {}
-    rows: list[dict[str, Any]] = []
-    for run_dir in run_dirs:
-        name = Path(run_dir).name
-        records = load_records(run_dir)
-        runs[name] = records
-        rows.append({"run": name, **summarize(records)})
-    return runs, rows
-
-
 class RoundProgress:
-    """A rich progress bar showing the live round, accuracy, loss and cumulative bytes.
+    """Live progress of a run: a rich bar on a terminal, one line per round off it.
 
-    Pass `enabled=False` (or a non-terminal console) for quiet runs; `update` is then cheap.
+    `mode="bar"` shows the live round, accuracy, loss and cumulative bytes; `"lines"` prints
+    the same as one flushed line per round (for nohup, batch systems, CI logs, where a bar
+    shows nothing until the end); `"off"` prints nothing. All go to stderr.
     """
 
-    def __init__(self, total_rounds: int, *, description: str, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        total_rounds: int,
+        *,
+        description: str,
+        mode: Literal["bar", "lines", "off"] = "bar",
+    ) -> None:
         from rich.console import Console
         from rich.progress import (
             BarColumn,
@@ -232,7 +244,9 @@ class RoundProgress:
             TimeElapsedColumn,
         )
 
-        self.enabled = enabled
+        self.mode = mode
+        self.total = total_rounds
+        self.description = description
         self._progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -240,13 +254,17 @@ class RoundProgress:
             TextColumn("{task.fields[status]}"),
             TimeElapsedColumn(),
             console=Console(stderr=True),
-            disable=not enabled,
+            disable=mode != "bar",
             transient=False,
         )
         self._task = self._progress.add_task(description, total=total_rounds, status="")
 
     def update(self, record: Mapping[str, float]) -> None:
         """Advances to the record's round and shows its numbers."""
+        if self.mode == "lines":
+            sys.stderr.write(round_line(record, self.total, self.description) + "\n")
+            sys.stderr.flush()
+            return
         acc = float(record.get("accuracy", math.nan))
         status = (
             f"acc {acc:6.2%}  loss {float(record.get('loss', math.nan)):.3f}  "
@@ -267,3 +285,15 @@ class RoundProgress:
         tb: TracebackType | None,
     ) -> None:
         self._progress.stop()
+
+
+def round_line(record: Mapping[str, float], total_rounds: int, name: str) -> str:
+    """One round as a log line: `name round r/R acc .. loss .. up .. down .. time`."""
+    acc, loss = float(record.get("accuracy", math.nan)), float(record.get("loss", math.nan))
+    measured = f"acc {acc:6.2%}  loss {loss:.4f}  " if not math.isnan(acc) else ""
+    return (
+        f"{name}  round {int(record['round'])}/{total_rounds}  {measured}"
+        f"up {format_bytes(float(record['cum_bytes_up']))}  "
+        f"down {format_bytes(float(record['cum_bytes_down']))}  "
+        f"{float(record.get('wall_s', 0.0)):.2f} s"
+    )

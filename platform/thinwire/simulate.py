@@ -13,9 +13,14 @@ needs (a residual per client for error feedback) and not with model copies.
 
 Besides the core keys (`thinwire.metrics.CORE_KEYS`), a round's record holds `censored`
 (selected clients that stayed silent) and `reused` (silent clients whose last update the
-server averaged) for every policy; `slot_successes`, `slot_collisions` and `slot_idle` on a
-random-access uplink; and `epsilon` (the largest privacy spent by any client so far) with
-a `privacy` section.
+server averaged) for every policy, and `rejected` (updates the server refused: malformed,
+of the wrong form, claiming more examples than the client holds, or out of bounds);
+`slot_successes`, `slot_collisions` and `slot_idle` on a random-access uplink; and
+`epsilon` (the largest privacy spent by any client so far) with a `privacy` section.
+
+With `runtime.checkpoint_every` set and a `checkpoints` folder given, the whole state of a
+star run is saved every that many rounds (`thinwire.simulate_checkpoint`), and `resume`
+continues from such a file to the very records and model an uninterrupted run would give.
 """
 
 from __future__ import annotations
@@ -24,17 +29,27 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
 from thinwire.channel import Channel
 from thinwire.clients import Client, ClientState
 from thinwire.config import Experiment
-from thinwire.learning import Federation, load_federation
+from thinwire.learning import Federation, load_federation, simulation_threads, torch_threads
 from thinwire.metrics import Record
 from thinwire.privacy import EPSILON_METRIC
 from thinwire.server import Aggregator, sample_clients
+from thinwire.simulate_checkpoint import (
+    SimulationCheckpoint,
+    checkpoint_file,
+    load_simulation_checkpoint,
+    save_simulation_checkpoint,
+)
+
+if TYPE_CHECKING:  # gossip's modules load only for a decentralized run
+    from thinwire.topologies.reports import NodeReport
 
 __all__ = ["SimulationResult", "simulate"]
 
@@ -47,10 +62,17 @@ class SimulationResult(NamedTuple):
     records: list[Record]
     model: dict[str, torch.Tensor]  # the final global model (gossip: the nodes' average)
     client_states: list[ClientState]  # the star's clients after the last round (gossip: [])
+    input_shape: tuple[int, ...]  # one example's shape: with `num_classes`, rebuilds the model
+    num_classes: int
 
 
 def simulate(
-    experiment: Experiment, *, on_round: Callable[[Record], None] | None = None
+    experiment: Experiment,
+    *,
+    on_round: Callable[[Record], None] | None = None,
+    on_node: Callable[[NodeReport], None] | None = None,
+    checkpoints: Path | None = None,
+    resume: Path | None = None,
 ) -> SimulationResult:
     """Runs `experiment` in this process and returns its round records and final model.
 
@@ -61,36 +83,93 @@ def simulate(
     Args:
         experiment: a validated experiment (see `thinwire.config.load_config`).
         on_round: called with each round's record as soon as the round ends.
+        on_node: gossip only: called with every node's report of each round.
+        checkpoints: folder for a checkpoint every `runtime.checkpoint_every` rounds.
+        resume: a checkpoint file to continue from; the records returned are the rounds
+            after it.
+
+    Raises:
+        ValueError: `resume` does not fit the experiment, or checkpoints of a gossip run
+            are asked for (gossip peers checkpoint on their own: `thinwire peer`).
     """
+    threads = simulation_threads(experiment)
+    logger.info("%s: %d torch thread(s)", experiment.name, threads)
+    with torch_threads(threads):
+        return _simulate(experiment, on_round, on_node, checkpoints, resume)
+
+
+def _simulate(
+    experiment: Experiment,
+    on_round: Callable[[Record], None] | None,
+    on_node: Callable[[NodeReport], None] | None,
+    checkpoints: Path | None,
+    resume: Path | None,
+) -> SimulationResult:
     if experiment.decentralized:
+        if resume is not None or (checkpoints is not None and _every(experiment)):
+            raise ValueError(
+                "checkpoints and --resume cover the simulated star; a gossip run restarts "
+                "(real peers checkpoint and rejoin: thinwire peer)"
+            )
         from thinwire.topologies.simulation import simulate_gossip
 
-        gossip = simulate_gossip(experiment, on_round=on_round)
-        return SimulationResult(gossip.records, gossip.model, [])
+        gossip = simulate_gossip(experiment, on_round=on_round, on_node=on_node)
+        return SimulationResult(
+            gossip.records, gossip.model, [], gossip.input_shape, gossip.num_classes
+        )
     federation = load_federation(experiment)
-    return _run_star(experiment, federation, on_round)
+    return _run_star(experiment, federation, on_round, checkpoints, resume)
+
+
+def _every(experiment: Experiment) -> int:
+    runtime = experiment.runtime
+    return runtime.checkpoint_every if runtime.kind == "simulation" else 0
 
 
 def _run_star(
     experiment: Experiment,
     federation: Federation,
     on_round: Callable[[Record], None] | None,
+    checkpoints: Path | None,
+    resume: Path | None,
 ) -> SimulationResult:
     workspace = federation.workspace
-    aggregator = Aggregator(experiment=experiment, workspace=workspace, initial=workspace.tensors())
     clients = [
         Client(index=i, experiment=experiment, x=x, y=y, workspace=workspace)
         for i, (x, y) in enumerate(federation.all_client_data())
     ]
+    aggregator = Aggregator(
+        experiment=experiment,
+        workspace=workspace,
+        initial=workspace.tensors(),
+        examples={c.index: int(c.x.shape[0]) for c in clients},
+    )
     channel = Channel(experiment.channel, len(clients))
     x_test, y_test = federation.test_data()
     outcomes: dict[int, bool] = {}
     spent: dict[int, float] = {}
     records: list[Record] = []
     cum_up = cum_down = 0
+    first = 1
+    if resume is not None:
+        saved = load_simulation_checkpoint(
+            resume, aggregator=aggregator.state, clients=[c.state for c in clients]
+        )
+        aggregator.state = saved.aggregator
+        for client, state in zip(clients, saved.clients, strict=True):
+            client.state = state
+        if saved.round >= experiment.train.rounds:
+            raise ValueError(
+                f"{resume}: round {saved.round} leaves nothing to run (train.rounds is "
+                f"{experiment.train.rounds})"
+            )
+        outcomes, spent = dict(saved.delivered), dict(saved.spent)
+        cum_up, cum_down, first = saved.cum_bytes_up, saved.cum_bytes_down, saved.round + 1
+        logger.info("resuming %s after round %d (%s)", experiment.name, saved.round, resume)
+    every = _every(experiment) if checkpoints is not None else 0
     warned_slot = False
     rounds = experiment.train.rounds
-    for round in range(1, rounds + 1):
+    for round in range(first, rounds + 1):
         start = time.perf_counter()
         participants = sample_clients(experiment, round)
         downlink = aggregator.broadcast(round, participants)
@@ -152,5 +231,26 @@ def _run_star(
             record[EPSILON_METRIC] = max(spent.values(), default=0.0)
         records.append(record)
         if on_round is not None:
-            on_round(record)
-    return SimulationResult(records, aggregator.model, [c.state for c in clients])
+            on_round(record)  # first: a checkpoint never runs ahead of the recorded rounds
+        if every and round % every == 0 and round < rounds and checkpoints is not None:
+            save_simulation_checkpoint(
+                checkpoint_file(checkpoints, round),
+                experiment.name,
+                SimulationCheckpoint(
+                    round,
+                    aggregator.state,
+                    [c.state for c in clients],
+                    outcomes,
+                    spent,
+                    cum_up,
+                    cum_down,
+                ),
+            )
+    dataset = federation.dataset
+    return SimulationResult(
+        records,
+        aggregator.model,
+        [c.state for c in clients],
+        dataset.input_shape,
+        dataset.num_classes,
+    )

@@ -1,8 +1,10 @@
-"""thinwire's ClientApp as a SuperNode calls it: one message at a time, state in context."""
+"""thinwire's ClientApp as a SuperNode calls it: one message at a time, state on the node's disk."""
 
 from __future__ import annotations
 
+import shutil
 import uuid
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +15,7 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from thinwire.clients import Client
 from thinwire.clients.flower_app import app
+from thinwire.clients.flower_state import StateStore, experiment_digest
 from thinwire.config import Experiment, parse_config
 from thinwire.learning import evaluate, load_federation
 from thinwire.server import Aggregator
@@ -21,7 +24,9 @@ from thinwire.server.flower_messages import (
     IDENTIFY,
     TRAIN,
     Identity,
+    default_state_dir,
     instruction,
+    is_state_lost,
     read_evaluation,
     read_identity,
     read_train_reply,
@@ -84,8 +89,8 @@ def test_a_supernode_without_a_partition_answers_with_how_to_start_it(exp: Exper
     assert "thinwire client --partition" in reply.error.reason
 
 
-def test_two_rounds_equal_the_simulators_client_with_state_kept_in_the_context(
-    exp: Experiment,
+def test_two_rounds_equal_the_simulators_client_with_state_kept_on_the_nodes_disk(
+    exp: Experiment, tmp_path: Path
 ) -> None:
     federation = load_federation(exp)
     server = Aggregator(
@@ -93,18 +98,90 @@ def test_two_rounds_equal_the_simulators_client_with_state_kept_in_the_context(
     )
     x, y = federation.client_data(1)
     reference = Client(index=1, experiment=exp, x=x, y=y, workspace=federation.workspace)
-    ctx = context(exp)
+    ctx = context(exp, **{"state-dir": str(tmp_path / "state")})
     delivered = None
     for round in (1, 2):
         downlink = server.broadcast(round, [1])[1]
-        reply = app(message(instruction(downlink, round, delivered), TRAIN), ctx)
+        order = instruction(downlink, round, delivered, state_round=round - 1)
+        reply = app(message(order, TRAIN), ctx)
         got = read_train_reply(reply.content)
         want = reference.train_round(downlink, round, delivered=delivered)
-        assert got.update == want.data  # bit for bit, residual restored from context.state
+        assert got.update == want.data  # bit for bit, residual restored from the state folder
         assert (got.num_examples, got.train_loss) == (want.num_examples, want.train_loss)
         assert server.receive(1, got.update).accepted
         delivered = server.finish_round().delivered[1]
-    assert "thinwire.tensors" in ctx.state and "thinwire.scalars" in ctx.state
+    saved = StateStore(
+        tmp_path / "state", experiment=experiment_digest(exp), partition=1, keep=1
+    ).rounds()
+    assert saved == [1, 2]  # the last two rounds
+    # context.state holds a small record only: no tensor travels with the context.
+    assert not ctx.state.array_records
+    assert dict(ctx.state.config_records["thinwire.state"])["round"] == 2
+
+
+def trained_once(exp: Experiment) -> tuple[Context, StateStore]:
+    """A context whose node trained round 1, and the store of its state."""
+    ctx = context(exp)
+    reply = app(message(instruction(first_downlink(exp), 1), TRAIN), ctx)
+    assert not reply.has_error()
+    return ctx, StateStore(
+        default_state_dir(), experiment=experiment_digest(exp), partition=1, keep=1
+    )
+
+
+def second_round(exp: Experiment, state_round: int = 1) -> Message:
+    """Client 1's round-2 train message, after a round 1 in which it took part."""
+    workspace = load_federation(exp).workspace
+    server = Aggregator(experiment=exp, workspace=workspace, initial=workspace.tensors())
+    server.broadcast(1, [1])
+    server.finish_round()
+    return message(instruction(server.broadcast(2, [1])[1], 2, None, state_round), TRAIN)
+
+
+def test_a_missing_state_folder_is_answered_with_state_lost(exp: Experiment) -> None:
+    ctx, store = trained_once(exp)
+    shutil.rmtree(store.folder)
+    reply = app(second_round(exp), ctx)
+    assert reply.has_error() and is_state_lost(reply.error.reason)
+    assert "no client 1's state of round 1" in reply.error.reason
+
+
+def test_a_truncated_state_is_answered_with_state_lost(exp: Experiment) -> None:
+    ctx, store = trained_once(exp)
+    tensors = store.folder / "round-000001" / "tensors.pt"
+    tensors.write_bytes(tensors.read_bytes()[:100])
+    reply = app(second_round(exp), ctx)
+    assert reply.has_error() and is_state_lost(reply.error.reason)
+    assert "tensors.pt has 100 bytes" in reply.error.reason
+
+
+def test_a_valid_state_swapped_behind_the_nodes_back_is_answered_with_state_lost(
+    exp: Experiment,
+) -> None:
+    ctx, store = trained_once(exp)
+    federation = load_federation(exp)
+    x, y = federation.client_data(1)
+    client = Client(index=1, experiment=exp, x=x, y=y, workspace=federation.workspace)
+    saved, _ = store.load(1, client.state, federation.workspace.tensors())
+    store.save(saved._replace(pending=torch.zeros(3, dtype=torch.uint8)), 1)  # intact, but other
+    reply = app(second_round(exp), ctx)
+    assert reply.has_error() and is_state_lost(reply.error.reason)
+    assert "is not the one this SuperNode saved" in reply.error.reason
+
+
+def test_a_resynchronized_client_starts_afresh_whatever_its_folder_holds(
+    exp: Experiment,
+) -> None:
+    ctx, store = trained_once(exp)
+    (store.folder / "round-000001" / "manifest.json").write_text("damaged")
+    federation = load_federation(exp)
+    x, y = federation.client_data(1)
+    fresh = Client(index=1, experiment=exp, x=x, y=y, workspace=federation.workspace)
+    downlink = first_downlink(exp)
+    reply = app(message(instruction(downlink, 1, None, 0), TRAIN), ctx)
+    want = fresh.train_round(downlink, 1, delivered=None)
+    assert read_train_reply(reply.content).update == want.data
+    assert store.rounds() == [1]
 
 
 def test_a_supernode_of_another_experiment_refuses_to_train(exp: Experiment) -> None:
@@ -128,14 +205,13 @@ def test_it_measures_the_global_model_on_its_own_data(exp: Experiment) -> None:
     assert got.loss == pytest.approx(want.loss)
 
 
-def test_state_kept_for_one_model_is_refused_by_another(exp: Experiment) -> None:
-    ctx = context(exp)
-    app(message(instruction(first_downlink(exp), 1), TRAIN), ctx)
+def test_state_kept_for_one_model_is_not_offered_to_another(exp: Experiment) -> None:
+    ctx, _ = trained_once(exp)
     bigger = exp.model_copy(update={"model": exp.model.model_copy(update={"hidden": [9]})})
     ctx.run_config["experiment"] = yaml.safe_dump(bigger.model_dump(mode="json"))
-    reply = app(message(instruction(first_downlink(bigger), 1), TRAIN), ctx)
-    assert reply.has_error()
-    assert reply.error.reason.startswith("ValueError: state")
+    reply = app(second_round(bigger), ctx)
+    assert reply.has_error() and is_state_lost(reply.error.reason)
+    assert "no client 1's state of round 1" in reply.error.reason
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -150,9 +226,9 @@ def test_with_device_auto_it_trains_on_the_gpu_and_a_cpu_server_accepts_it(
     ctx = context(gpu)
     torch.cuda.reset_peak_memory_stats()
     delivered = None
-    for round in (1, 2):  # round 2 restores the residual from context.state onto the GPU
+    for round in (1, 2):  # round 2 restores the residual from the state folder onto the GPU
         downlink = server.broadcast(round, [1])[1]
-        reply = app(message(instruction(downlink, round, delivered), TRAIN), ctx)
+        reply = app(message(instruction(downlink, round, delivered, round - 1), TRAIN), ctx)
         assert not reply.has_error(), reply.error
         update = read_train_reply(reply.content).update
         assert update is not None and server.receive(1, update).accepted

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from thinwire.codecs import build, kinds, with_error_feedback
+from thinwire.codecs.forms import check_forms
 from thinwire.config import CodecConfig
 
 TOPK = {"kind": "topk", "density": 0.1}
@@ -37,6 +38,11 @@ TABLE: dict[str, tuple[tuple[str, str], dict]] = {
         ("selector", "random_block"),
         {"select": {"kind": "random_block", "density": 0.1}},
     ),
+    # Independent blocks: contractive under feedback only for omega = n/k - 1 < 1.
+    "select-random_block-unbiased": (
+        ("selector", "random_block"),
+        {"select": {"kind": "random_block", "density": 0.75, "unbiased": True}},
+    ),
     "select-rtopk": (("selector", "rtopk"), {"select": {"kind": "rtopk", "density": 0.05}}),
     "select-threshold": (("selector", "threshold"), {"select": {"kind": "threshold", "lam": 1.5}}),
     "select-adaptive": (
@@ -46,6 +52,22 @@ TABLE: dict[str, tuple[tuple[str, str], dict]] = {
     # Before a mask is installed the shared mask keeps every coordinate (tests/codecs/test_masked.py
     # covers installed masks).
     "select-shared_mask": (("selector", "shared_mask"), {"select": {"kind": "shared_mask"}}),
+    "select-oktopk": (
+        ("selector", "oktopk"),
+        {"select": {"kind": "oktopk", "density": 0.1, "period": 3}},
+    ),
+    "select-sidco-exponential": (
+        ("selector", "sidco"),
+        {"select": {"kind": "sidco", "density": 0.1}},
+    ),
+    "select-sidco-gpareto": (
+        ("selector", "sidco"),
+        {"select": {"kind": "sidco", "density": 0.1, "family": "gpareto"}},
+    ),
+    "select-sidco-gamma": (
+        ("selector", "sidco"),
+        {"select": {"kind": "sidco", "density": 0.1, "family": "gamma", "stages": 1}},
+    ),
     "quantize-none": (("quantizer", "none"), {"select": TOPK, "quantize": {"kind": "none"}}),
     "quantize-fp16": (("quantizer", "fp16"), {"quantize": {"kind": "fp16"}}),
     "quantize-bf16": (("quantizer", "bf16"), {"quantize": {"kind": "bf16"}}),
@@ -167,3 +189,18 @@ def test_error_is_within_the_stated_bound(entry, device):
         assert mean <= info.omega(n) * energy * 1.02
     else:  # threshold (absolute bound) and casts (relative rounding)
         assert mean <= max(n * 1.5**2, 2.0**-16 * energy)
+
+
+@pytest.mark.parametrize("shape", [(1,), (3,), (7, 9), SHAPE])
+@pytest.mark.parametrize("entry", TABLE)
+def test_every_codec_declares_the_payload_forms_it_sends(entry, shape):
+    # Receivers refuse any other form before decoding, so an honest sender must never
+    # produce one its codec does not declare (at any tensor size: a top-k of a tiny tensor
+    # keeps every coordinate and goes dense).
+    codec = codec_for(entry)
+    forms = codec.forms(shape)
+    assert forms.supports is not None and forms.values is not None
+    g = torch.Generator().manual_seed(3)
+    for x in (torch.randn(shape, generator=g), torch.full(shape, 2.0), torch.zeros(shape)):
+        payload, _ = codec.encode(x, codec.init(x))
+        check_forms({"t": payload}, {"t": forms})

@@ -7,6 +7,7 @@ import torch
 
 from thinwire.codecs import cast, chain, qsgd, scaled_sign, top_k
 from thinwire.codecs import quantize as quantize_module
+from thinwire.wire import WireError
 from thinwire.wire.payload import QuantizedValues, RawValues, SignValues
 
 
@@ -193,10 +194,21 @@ def test_fp16_cpu_chunks(monkeypatch):
 def test_cast_rejects_unknown_dtypes_and_foreign_values():
     with pytest.raises(ValueError, match="'fp16' or 'bf16'"):
         cast("fp8")
+    # A foreign form is a sender's fault: WireError, the one error a decoder raises.
     quantizer = cast("fp16")
-    with pytest.raises(TypeError, match="RawValues"):
+    with pytest.raises(WireError, match=r"plain values, got sign\(bucket=0\)"):
         quantizer.dequantize(SignValues(torch.zeros(1, dtype=torch.bool), torch.ones(1), 0))
-    with pytest.raises(TypeError, match="QuantizedValues"):
+    with pytest.raises(WireError, match="quantized values, got fp32"):
         qsgd(2, seed=0).dequantize(RawValues(torch.zeros(1)))
-    with pytest.raises(TypeError, match="SignValues"):
+    with pytest.raises(WireError, match="sign values, got fp32"):
         scaled_sign().dequantize(RawValues(torch.zeros(1)))
+
+
+def test_scaled_sign_decodes_every_finite_scale_without_overflow():
+    # s - 2 s [negative] overflowed to -inf for s >= 2**127 (about 1.7e38); +-s never does.
+    top = torch.finfo(torch.float32).max
+    scales = torch.tensor([1.7e38, top, 1e-45])
+    negative = torch.tensor([True, False, True, True, False, True])
+    decoded = scaled_sign(bucket=2).dequantize(SignValues(negative, scales, 2))
+    expected = torch.tensor([-1.7e38, 1.7e38, -top, -top, 1e-45, -1e-45])
+    assert torch.equal(decoded, expected)

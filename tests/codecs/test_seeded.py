@@ -127,3 +127,47 @@ def test_scheme_and_values_of_each_selector():
         assert payload.support.scheme == scheme
         indices = seeded_indices(payload.support, 64)
         assert torch.equal(payload.values.data, x[indices])
+
+
+def test_an_unbiased_block_is_unbiased_with_the_variance_it_claims():
+    # Independent blocks (Mishchenko et al. 2019): E[C(x)] = x and
+    # E||C(x) - x||^2 = (n/k - 1) ||x||^2, over the draws of the block's start.
+    x = gaussian(1000, 3) * torch.linspace(0.1, 3.0, 1000)
+    codec = chain(random_block(0.1, seed=11, unbiased=True))
+    state = codec.init(x)
+    draws, total, squared_error = 2000, torch.zeros(1000), 0.0
+    for _ in range(draws):
+        payload, state = codec.encode(x, state)
+        decoded = codec.decode(payload, x.shape)
+        total += decoded
+        squared_error += float((decoded - x).square().sum())
+    energy = float(x.square().sum())
+    omega = codec.info.omega(1000)
+    assert omega == pytest.approx(9.0)
+    # The mean of T draws errs by sqrt(omega / T) ~ 0.067 of ||x|| in norm.
+    assert float((total / draws - x).norm() / x.norm()) < 0.12
+    assert squared_error / draws == pytest.approx(omega * energy, rel=0.05)
+
+
+def test_each_client_sends_its_own_block_and_the_server_regenerates_every_one():
+    # Clients mix their index into their codec seed (clients/client.py), so their blocks
+    # are independent; the server's codec, built with another seed, decodes each from
+    # the seed its payload carries.
+    from thinwire.codecs import build, derive_seed
+    from thinwire.config import CodecConfig
+
+    config = CodecConfig.model_validate(
+        {"select": {"kind": "random_block", "density": 0.25, "unbiased": True}}
+    )
+    x = gaussian(4000, 4)
+    server = build(config, seed=0)
+    starts = set()
+    for client in range(4):
+        codec = build(config, seed=derive_seed(0, 1, client))
+        payload, _ = codec.encode(x, codec.init(x))
+        decoded = server.decode(payload, x.shape)
+        kept = decoded.nonzero().squeeze(1)
+        assert kept.numel() == 1000
+        assert torch.allclose(decoded[kept], 4.0 * x[kept])
+        starts.add(payload.support.seed)
+    assert len(starts) == 4

@@ -160,3 +160,27 @@ def test_adaptive_top_k_keeps_k_for_a_zero_input():
     for _ in range(3):
         payload, state = codec.encode(x, state)
         assert payload.count == 10
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda g: torch.randn(1_000_003, generator=g),  # i.i.d.: the sampled path decides
+        lambda g: torch.randint(-3, 4, (1_000_000,), generator=g).float(),  # massive ties
+        lambda g: torch.arange(1_000_000.0).remainder(997),  # defeats a strided sample
+        lambda g: torch.zeros(500_000),  # every coordinate ties
+    ],
+    ids=["gaussian", "ties", "periodic", "zeros"],
+)
+def test_top_k_selects_exactly_what_torch_topk_and_the_tie_rule_select(make) -> None:
+    x = make(torch.Generator().manual_seed(3))
+    for density in (0.001, 0.01, 0.1):
+        k = math.ceil(density * x.numel())
+        payload, _ = chain(top_k(density)).encode(x, chain(top_k(density)).init(x))
+        got = payload.support.indices
+        kth = torch.topk(x.abs(), k).values.min()
+        above = torch.nonzero(x.abs() > kth).flatten()
+        tied = torch.nonzero(x.abs() == kth).flatten()[: k - above.numel()]
+        want = torch.sort(torch.cat([above, tied])).values  # lower index wins a tie
+        assert torch.equal(got, want), density
+        assert torch.equal(payload.values.data, x[want])  # values in index order

@@ -36,6 +36,7 @@ def service_commands(
     host: str,
     superlink: str,
     node_ports: list[int],
+    state_dir: Path,
     config: str = EXAMPLE,
     certificates: Path | None = None,
 ) -> dict[str, list[str]]:
@@ -45,6 +46,8 @@ def service_commands(
         host: the interface the SuperLink binds.
         superlink: the address SuperNodes and the submitter use to reach it.
         node_ports: each SuperNode's Runtime API port (one SuperNode per client).
+        state_dir: the SuperNodes' client-state folder (one per container in compose; on
+            one host they share it, each client keeping its own subfolder).
         config: the experiment file the one-shot service submits.
         certificates: the folder of `docker/make-certs.sh` files for TLS; None for plain HTTP.
     """
@@ -67,14 +70,21 @@ def service_commands(
         ),
     }
     for i, node_port in enumerate(node_ports):
-        commands[f"supernode-{i}"] = client_command(superlink, i, len(node_ports), node_port, ca)
+        commands[f"supernode-{i}"] = client_command(
+            superlink, i, len(node_ports), node_port, ca, state_dir
+        )
     submit = ["thinwire", "server", config, "--superlink", superlink]
     commands["submit"] = submit + (trust if ca else [])
     return commands
 
 
 def client_command(
-    superlink: str, partition: int | str, partitions: int | str, port: int, ca: Path | None
+    superlink: str,
+    partition: int | str,
+    partitions: int | str,
+    port: int,
+    ca: Path | None,
+    state_dir: Path,
 ) -> list[str]:
     """`thinwire client` for one SuperNode (TLS trusting `ca`, or plain HTTP without it)."""
     trust = ["--root-certificates", str(ca)] if ca else ["--insecure"]
@@ -90,6 +100,8 @@ def client_command(
         "--port",
         str(port),
         *trust,
+        "--state-dir",
+        str(state_dir),
     ]
 
 

@@ -22,6 +22,7 @@ from .flower_cluster import EXAMPLE, ROOT, client_command, service_commands
 SUPERLINK = f"superlink:{SUPERLINK_PORT}"
 NODES = [SUPERNODE_PORT] * 3
 CERTS = Path("/app/certs")
+STATE = Path("/app/state")
 
 
 def _compose(name: str) -> dict[str, Any]:
@@ -38,7 +39,9 @@ def services() -> dict[str, Any]:
 
 
 def test_every_service_runs_the_tested_command(services: dict[str, Any]) -> None:
-    expected = service_commands(host="0.0.0.0", superlink=SUPERLINK, node_ports=NODES)
+    expected = service_commands(
+        host="0.0.0.0", superlink=SUPERLINK, node_ports=NODES, state_dir=STATE
+    )
     assert {name: services[name]["command"] for name in services} == expected
 
 
@@ -60,7 +63,11 @@ def test_every_service_turns_flowers_telemetry_and_update_check_off(
 def test_the_tls_override_runs_the_tested_tls_commands(services: dict[str, Any]) -> None:
     tls = _compose("docker-compose.tls.yml")["services"]
     expected = service_commands(
-        host="0.0.0.0", superlink=SUPERLINK, node_ports=NODES, certificates=CERTS
+        host="0.0.0.0",
+        superlink=SUPERLINK,
+        node_ports=NODES,
+        state_dir=STATE,
+        certificates=CERTS,
     )
     assert set(tls) == set(services)
     assert {name: tls[name]["command"] for name in tls} == expected
@@ -88,6 +95,19 @@ def test_the_gpu_override_reserves_a_gpu_for_every_supernode(services: dict[str,
         assert device["capabilities"] == ["gpu"]
 
 
+def test_every_supernode_keeps_its_state_in_a_volume_of_its_own(
+    services: dict[str, Any],
+) -> None:
+    supernodes = sorted(name for name in services if name.startswith("supernode-"))
+    volumes = [services[name]["volumes"] for name in supernodes]
+    assert volumes == [[f"state-{i}:{STATE}"] for i in range(len(supernodes))]
+    assert set(_compose("docker-compose.yml")["volumes"]) >= {f"state-{i}" for i in range(3)}
+    (client,) = _compose("docker/client.compose.yml")["services"].values()
+    assert f"state:{STATE}" in client["volumes"]
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    assert f"chown app:app /app/runs {STATE}" in dockerfile  # a fresh volume is app's
+
+
 def test_the_health_checks_probe_the_flower_ports(services: dict[str, Any]) -> None:
     assert f":{SUPERLINK_PORT}/health" in " ".join(services["superlink"]["healthcheck"]["test"])
     for name, service in services.items():
@@ -102,7 +122,7 @@ def test_a_client_host_runs_the_tested_supernode_command() -> None:
         for arg in supernode["command"]
     ]
     expected = client_command(
-        "{SUPERLINK}", "{PARTITION}", "{NUM_PARTITIONS}", SUPERNODE_PORT, CERTS / "ca.crt"
+        "{SUPERLINK}", "{PARTITION}", "{NUM_PARTITIONS}", SUPERNODE_PORT, CERTS / "ca.crt", STATE
     )
     assert command == expected
     assert supernode["environment"] == flower_environment({})

@@ -100,7 +100,10 @@ def clean_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     cluster = Cluster(root)
     superlink = f"127.0.0.1:{free_port()}"
     commands = service_commands(
-        host="127.0.0.1", superlink=superlink, node_ports=[free_port() for _ in range(3)]
+        host="127.0.0.1",
+        superlink=superlink,
+        node_ports=[free_port() for _ in range(3)],
+        state_dir=root / "state",
     )
     submit = [*commands.pop("submit"), "--set", f"output={output}"]
     try:
@@ -279,7 +282,9 @@ def censored_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     overrides = [f"output={output}", *CENSORING]
     try:
         for i in range(3):
-            cluster.start(f"supernode-{i}", client_command(superlink, i, 3, free_port(), None))
+            cluster.start(
+                f"supernode-{i}", client_command(superlink, i, 3, free_port(), None, root / "state")
+            )
         server = ["thinwire", "server", EXAMPLE, "--superlink", superlink, "--insecure"]
         sets = [arg for override in overrides for arg in ("--set", override)]
         done = _submit([*server, "--start-superlink", *sets], cluster)

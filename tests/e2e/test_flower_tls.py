@@ -53,6 +53,7 @@ def test_a_supernode_joins_over_tls_with_the_helpers_certificates(tmp_path: Path
         host="127.0.0.1",
         superlink=f"127.0.0.1:{port}",
         node_ports=[free_port()],
+        state_dir=cluster.root / "state",
         certificates=certificates,
     )
     write_connection(

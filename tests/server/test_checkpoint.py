@@ -44,20 +44,32 @@ def advanced(server: Aggregator) -> Aggregator:
     return server
 
 
-def test_a_checkpoint_restores_the_server_and_forgets_who_holds_the_public_copy(
+def test_a_checkpoint_restores_the_server_and_which_round_each_client_is_at(
     tmp_path: Path,
 ) -> None:
     server = advanced(aggregator())
+    stale = {"1": {k: torch.full_like(v, 3.0) for k, v in server.state.model.items()}}
+    server.state = server.state._replace(stale=stale, stale_examples={"1": 12.0})
     path = checkpoint_path(tmp_path, 1)
-    save_checkpoint(path, name="ckpt", state=server.state, cum_bytes_up=10, cum_bytes_down=20)
+    save_checkpoint(
+        path,
+        name="ckpt",
+        state=server.state,
+        cum_bytes_up=10,
+        cum_bytes_down=20,
+        delivered={0: True, 1: False},
+    )
     loaded = load_checkpoint(path, aggregator())
     assert loaded.cum_bytes_up == 10 and loaded.cum_bytes_down == 20
     assert loaded.state.round == 1
-    assert loaded.state.received == {}
+    assert loaded.state.received == {"0": 1, "1": 1}  # clients continue from their state
+    assert loaded.delivered == {0: True, 1: False}
+    assert loaded.state.stale_examples == {"1": 12.0}
     for field in ("model", "momentum", "public"):
         saved, restored = getattr(server.state, field), getattr(loaded.state, field)
         assert saved.keys() == restored.keys()
         assert all(torch.equal(saved[k], restored[k]) for k in saved), field
+    assert all(torch.equal(stale["1"][k], loaded.state.stale["1"][k]) for k in stale["1"])
     residual = server.state.downlink["model"].residual
     assert torch.equal(loaded.state.downlink["model"].residual, residual)
 
@@ -69,8 +81,42 @@ def test_a_restored_server_carries_on_like_the_original(tmp_path: Path) -> None:
     )
     restored = aggregator()
     restored.state = load_checkpoint(tmp_path / "c.pt", restored).state
-    server.state = server.state._replace(received={})  # what a resumed run starts with
-    assert server.broadcast(2, [0]) == restored.broadcast(2, [0])
+    assert server.broadcast(2, [0, 1]) == restored.broadcast(2, [0, 1])  # deltas, as before
+
+
+def test_a_version_1_checkpoint_restarts_every_client_afresh(tmp_path: Path) -> None:
+    server = advanced(aggregator())
+    save_checkpoint(
+        tmp_path / "c.pt", name="ckpt", state=server.state, cum_bytes_up=0, cum_bytes_down=0
+    )
+    contents = torch.load(tmp_path / "c.pt", weights_only=True)
+    for key in ("received", "stale", "stale_examples", "delivered"):
+        del contents[key]
+    torch.save({**contents, "version": 1}, tmp_path / "v1.pt")
+    loaded = load_checkpoint(tmp_path / "v1.pt", aggregator())
+    assert (loaded.state.received, loaded.delivered) == ({}, {})
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("received", {"7": 1}, "received names client '7'"),
+        ("received", {"0": 4}, "names rounds after 1"),
+        ("delivered", {"0": "yes"}, r"delivered\['0'\] must be a bool"),
+        ("stale_examples", [], "stale_examples must be a mapping"),
+    ],
+)
+def test_client_bookkeeping_that_does_not_fit_is_refused(
+    tmp_path: Path, field: str, value: object, problem: str
+) -> None:
+    server = advanced(aggregator())
+    save_checkpoint(
+        tmp_path / "c.pt", name="ckpt", state=server.state, cum_bytes_up=0, cum_bytes_down=0
+    )
+    contents = torch.load(tmp_path / "c.pt", weights_only=True)
+    torch.save({**contents, field: value}, tmp_path / "bad.pt")
+    with pytest.raises(ValueError, match=problem):
+        load_checkpoint(tmp_path / "bad.pt", aggregator())
 
 
 def test_a_folder_resumes_from_its_latest_checkpoint(tmp_path: Path) -> None:

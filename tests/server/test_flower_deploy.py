@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
+from flwr.common.config import parse_config_args
 from typer.testing import CliRunner
 
 from thinwire.cli import app as cli
+from thinwire.clients.flower_supernode import Supervisor
 from thinwire.config import FlowerRuntime, load_config, parse_config
 from thinwire.server.flower_deploy import (
     CLIENT_APP,
@@ -62,6 +65,11 @@ def test_a_supernode_serves_one_partition() -> None:
         "--node-config",
         "partition-id=1 num-partitions=3",
     ]
+    kept = supernode_command(superlink="h:8000", partition=1, state_dir=Path("/var/tw state"))
+    assert kept[-1] == 'partition-id=1 state-dir="/var/tw state"'
+    assert parse_config_args([kept[-1]]) == {"partition-id": 1, "state-dir": "/var/tw state"}
+    with pytest.raises(ValueError, match="without"):
+        supernode_command(superlink="h:8000", partition=1, state_dir=Path('/a"b'))
     tls = supernode_command(superlink="h:8000", partition=0, root_certificates=Path("ca.crt"))
     assert tls[1:3] == ["--root-certificates", "ca.crt"]
     assert tls[-1] == "partition-id=0"
@@ -165,6 +173,21 @@ def test_server_refuses_a_superlink_it_cannot_start_and_a_missing_checkpoint(
     assert missing.exit_code == 2 and "no checkpoint at" in missing.output
 
 
+def test_server_refuses_to_start_a_superlink_on_a_port_already_taken(tmp_path: Path) -> None:
+    with socket.socket() as holder:  # an orphaned SuperLink, say
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        address = f"127.0.0.1:{holder.getsockname()[1]}"
+        result = runner.invoke(
+            cli,
+            ["server", str(EXAMPLE), "--start-superlink", "--insecure", "--superlink", address]
+            + ["--set", f"output={tmp_path}"],
+        )
+    assert result.exit_code == 2
+    assert f"--start-superlink: cannot listen at {address}" in " ".join(result.output.split())
+    assert not list(tmp_path.iterdir())  # nothing was submitted, no run folder made
+
+
 def fake_flwr(folder: Path, status: str) -> Path:
     """A `flwr` that starts run 42 with `run` and reports `status` with `ls`.
 
@@ -216,28 +239,49 @@ def test_server_submits_with_flwr_run_and_reports_the_runs_status(
 # --------------------------------------------------------------------------- thinwire client
 
 
-def test_client_execs_a_supernode_for_its_partition(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[tuple[str, list[str], dict[str, str]]] = []
+def test_client_execs_a_supernode_for_its_partition(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    calls: list[tuple[list[str], dict[str, str]]] = []
+
+    def supervise(self: Supervisor) -> int:
+        calls.append((self.command, self.env))
+        return 0
+
     monkeypatch.setattr("shutil.which", lambda name: f"/opt/bin/{name}")
-    monkeypatch.setattr("os.execve", lambda path, argv, env: calls.append((path, argv, env)))
+    monkeypatch.setattr(Supervisor, "run", supervise)
     result = runner.invoke(
         cli,
         ["client", "--superlink", "server:8000", "--partition", "2", "--num-partitions", "3"]
         + ["--port", "9100", "--insecure"],
     )
     assert result.exit_code == 0, result.output
-    ((path, argv, env),) = calls
-    assert path == "/opt/bin/flower-supernode"
+    ((argv, env),) = calls
+    state_dir = (tmp_path / "flwr_home" / "thinwire-state").resolve()  # the default
     assert argv == supernode_command(
-        superlink="server:8000", partition=2, partitions=3, port=9100, insecure=True
+        superlink="server:8000",
+        partition=2,
+        partitions=3,
+        port=9100,
+        insecure=True,
+        state_dir=state_dir,
     )
+    assert state_dir.is_dir()
+    chosen = runner.invoke(
+        cli,
+        ["client", "--superlink", "s:1", "--partition", "0", "--insecure"]
+        + ["--state-dir", str(tmp_path / "mine")],
+    )
+    assert chosen.exit_code == 0, chosen.output
+    assert calls[-1][0][-1] == f'partition-id=0 state-dir="{tmp_path / "mine"}"'
+
     assert env["FLWR_TELEMETRY_ENABLED"] == "0" and env["FLWR_DISABLE_UPDATE_CHECK"] == "1"
 
 
 def test_client_refuses_contradictory_or_impossible_options(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("os.execve", lambda *args: pytest.fail("must not exec"))
+    monkeypatch.setattr(Supervisor, "run", lambda self: pytest.fail("must not start"))
     ca = tmp_path / "ca.crt"
     ca.write_text("pem")
     both = runner.invoke(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import yaml
@@ -13,11 +14,14 @@ from thinwire.server.flower_messages import (
     UPDATE_STYPE,
     ClientEvaluation,
     Identity,
+    StateLost,
     TrainReply,
     evaluation_reply,
     identity_reply,
     instruction,
+    is_state_lost,
     node_identity,
+    node_state_dir,
     read_evaluation,
     read_identity,
     read_instruction,
@@ -68,6 +72,32 @@ def test_an_instruction_round_trips_with_and_without_delivered() -> None:
     for delivered in (None, True, False):
         order = read_instruction(instruction(b"model", 7, delivered))
         assert (order.downlink, order.round, order.delivered) == (b"model", 7, delivered)
+
+
+def test_an_instruction_names_the_round_the_clients_state_must_be_at() -> None:
+    assert read_instruction(instruction(b"model", 7, None, 6)).state_round == 6
+    assert read_instruction(instruction(b"model", 7)).state_round == 0  # start afresh
+    with pytest.raises(ValueError, match=r"state_round must be in \[0, 7\), got 7"):
+        instruction(b"model", 7, None, 7)
+    content = instruction(b"model", 7)
+    content["round"] = ConfigRecord({"round": 7, "state-round": 9})
+    with pytest.raises(WireError, match="round 7 with 'state-round' 9"):
+        read_instruction(content)
+
+
+def test_an_error_reason_tells_a_lost_state_from_other_failures() -> None:
+    assert is_state_lost(f"StateLost: {StateLost('no state of round 2')}")
+    assert not is_state_lost("ValueError: StateLost: quoted")
+
+
+def test_a_nodes_state_folder_defaults_under_flowers_home(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path))
+    assert node_state_dir({"partition-id": 0}) == tmp_path / "thinwire-state"
+    assert node_state_dir({"state-dir": "/data/state"}) == Path("/data/state")
+    with pytest.raises(ValueError, match="thinwire client --state-dir DIR"):
+        node_state_dir({"state-dir": ""})
 
 
 def test_an_instruction_without_its_round_is_refused() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,17 @@ from flower_local import LocalGrid, set_task_identity
 from flwr.app import Array, ArrayRecord, Context, Message
 
 from thinwire.clients.flower_app import app as client_app
+from thinwire.clients.flower_state import experiment_digest
 from thinwire.config import Experiment, parse_config
 from thinwire.learning import load_federation
 from thinwire.metrics import RunRecorder, load_records
 from thinwire.server import sample_clients
-from thinwire.server.flower_messages import TRAIN, read_instruction
+from thinwire.server.flower_messages import (
+    TRAIN,
+    default_state_dir,
+    read_instruction,
+    read_run_config,
+)
 from thinwire.server.flower_rounds import FlowerStar, QuorumError
 from thinwire.simulate import simulate
 
@@ -223,6 +230,52 @@ def test_a_reply_without_update_bytes_is_a_silent_client(tmp_path: Path) -> None
     assert [(r["updates_sent"], r["rejected"], r["dropouts"]) for r in records] == [(2, 0, 0)] * 3
 
 
+def mangling_before(
+    grid: LocalGrid, partition: int, round: int, mangle: Callable[[Path], None]
+) -> None:
+    """Runs `mangle` on `partition`'s state folder before its train message of `round`."""
+    node = grid.node(partition)
+    inner = grid.client_apps[node]
+
+    def app(message: Message, context: Context) -> Message:
+        is_train = message.metadata.message_type == TRAIN
+        if is_train and read_instruction(message.content).round == round:
+            exp = read_run_config(context.run_config).experiment
+            mangle(default_state_dir() / experiment_digest(exp) / f"client-{partition}")
+        return inner(message, context)
+
+    grid.client_apps[node] = app
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:-1])
+
+
+def test_a_mangled_state_folder_is_counted_and_its_client_resynchronized(
+    tmp_path: Path,
+) -> None:
+    exp = experiment(tmp_path, downlink=TOPK_EF, train={"rounds": 5, "local_steps": 4, "lr": 0.1})
+    grid = LocalGrid(run_config(exp), 3)
+    mangling_before(grid, 0, 2, shutil.rmtree)  # the whole folder
+    mangling_before(grid, 1, 3, lambda f: (f / "round-000002" / "manifest.json").unlink())
+    mangling_before(grid, 2, 4, lambda f: truncate(f / "round-000003" / "tensors.pt"))
+    flower = star(exp, grid, tmp_path)
+    flower.run()
+    records = flower.recorder.records
+    assert [r["state_lost"] for r in records] == [0, 1, 1, 1, 0]
+    assert [r["updates_sent"] for r in records] == [3, 2, 2, 2, 3]
+    assert [r["dropouts"] for r in records] == [0] * 5
+    sent = {
+        (read_instruction(m.content).round, m.metadata.dst_node_id): read_instruction(m.content)
+        for m in grid.sent_of_type(TRAIN)
+    }
+    for client, lost in ((0, 2), (1, 3), (2, 4)):
+        resync = sent[(lost + 1, grid.node(client))]
+        assert resync.state_round == 0  # a fresh state, and the full model:
+        assert len(resync.downlink) > len(sent[(lost + 1, grid.node((client + 1) % 3))].downlink)
+    assert records[-1]["loss"] < records[0]["loss"]  # and the run went on learning
+
+
 def test_a_node_that_stops_answering_drops_out_and_the_run_finishes(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -301,34 +354,68 @@ def test_client_evaluation_measures_the_global_model_on_every_client(tmp_path: P
     assert records[0]["eval_bytes_down"] == records[0]["bytes_down"]  # the full model, 3 times
 
 
-def test_checkpoints_resume_to_the_same_model_when_clients_keep_no_state(tmp_path: Path) -> None:
-    dense = {"scope": "tensor"}
-    exp = experiment(tmp_path, codec=dense, runtime={"checkpoint_every": 1})
-    uninterrupted = star(exp, LocalGrid(run_config(exp), 3), tmp_path / "a")
-    final = uninterrupted.run()
-    checkpoints = sorted((tmp_path / "a" / "run" / "checkpoints").glob("round-*.pt"))
-    assert [p.name for p in checkpoints] == [f"round-00000{r}.pt" for r in (1, 2, 3)]
+def replies_lost_from(grid: LocalGrid, round: int) -> None:
+    """From train message `round` on, clients train (and keep their state) but no reply
+    comes back: the server died mid-round, as far as the clients can tell."""
+    push = grid.push_messages
 
-    resumed = star(exp, LocalGrid(run_config(exp), 3), tmp_path / "b", resume=checkpoints[0])
+    def push_then_lose(messages: Any) -> Any:
+        messages = list(messages)
+        ids = list(push(messages))
+        for message, message_id in zip(messages, ids, strict=True):
+            is_train = message.metadata.message_type == TRAIN
+            if is_train and read_instruction(message.content).round >= round:
+                grid._replies.pop(message_id, None)
+        return ids
+
+    grid.push_messages = push_then_lose  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize(
+    "sections",
+    [{}, {"downlink": TOPK_EF}, {"policy": CENSOR, "codec": {}}],
+    ids=["topk-ef", "compressed-downlink", "censoring"],
+)
+def test_a_resumed_run_equals_the_uninterrupted_one_bit_for_bit(
+    tmp_path: Path, sections: dict
+) -> None:
+    train = {"rounds": 4, "local_steps": 4, "lr": 0.1}
+    runtime = {"checkpoint_every": 1, "min_replies": 3, "round_timeout_s": 0.5}
+    exp = experiment(tmp_path, train=train, runtime=runtime, **sections)
+    reference = simulate(exp)
+    grid = LocalGrid(run_config(exp), 3)
+    replies_lost_from(grid, 3)  # every client trains round 3 and saves it; the server dies
+    with pytest.raises(QuorumError, match="round 3"):
+        star(exp, grid, tmp_path / "a").run()
+    checkpoint = tmp_path / "a" / "run" / "checkpoints" / "round-000002.pt"
+
+    grid = LocalGrid(run_config(exp), 3)  # the same nodes' disks, a new run
+    resumed = star(exp, grid, tmp_path / "b", resume=checkpoint)
     model = resumed.run()
-    for name, tensor in final.items():
+    for name, tensor in reference.model.items():
         assert torch.equal(model[name], tensor), name
-    first, last = uninterrupted.recorder.records, resumed.recorder.records
-    assert [r["round"] for r in last] == [2, 3]
-    assert last[-1]["cum_bytes_up"] == first[-1]["cum_bytes_up"]
+    records = resumed.recorder.records
+    assert [r["round"] for r in records] == [3, 4]
+    for got, want in zip(records, reference.records[2:], strict=True):
+        for key in ("accuracy", "loss", "train_loss", "bytes_up", "bytes_down", "cum_bytes_up"):
+            assert got[key] == want[key], key
+        assert got["state_lost"] == 0
+    states = [read_instruction(m.content).state_round for m in grid.sent_of_type(TRAIN)]
+    assert states == [2, 2, 2, 3, 3, 3]  # each client continued from its own state
 
 
-def test_a_resumed_run_sends_every_client_the_full_model_first(tmp_path: Path) -> None:
+def test_a_resumed_run_resynchronizes_a_client_whose_state_is_gone(tmp_path: Path) -> None:
     exp = experiment(tmp_path, downlink=TOPK_EF, runtime={"checkpoint_every": 2})
     star(exp, LocalGrid(run_config(exp), 3), tmp_path / "a").run()
     checkpoint = tmp_path / "a" / "run" / "checkpoints" / "round-000002.pt"
+    shutil.rmtree(default_state_dir() / experiment_digest(exp) / "client-1")
     grid = LocalGrid(run_config(exp), 3)
     resumed = star(exp, grid, tmp_path / "b", resume=checkpoint)
     resumed.run()
-    full_model = resumed.recorder.records[0]["bytes_down"]
+    (record,) = resumed.recorder.records
+    assert (record["state_lost"], record["updates_sent"]) == (1, 2)
     uninterrupted = load_records(tmp_path / "a" / "run")
-    assert full_model == uninterrupted[0]["bytes_down"]  # round 1 sends the model whole
-    assert full_model > uninterrupted[2]["bytes_down"]  # later rounds send compressed deltas
+    assert record["bytes_down"] == uninterrupted[2]["bytes_down"]  # deltas, as before
 
 
 def test_a_round_whose_clients_all_left_stops_the_run_after_a_checkpoint(

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 import pytest
 import torch
 import yaml
 from flower_local import LocalGrid, set_task_identity
-from flwr.app import ArrayRecord, ConfigRecord
+from flwr.app import ArrayRecord, ConfigRecord, Message
 
+from thinwire.clients.flower_state import StateStore, experiment_digest
 from thinwire.config import Experiment, parse_config
 from thinwire.learning import load_federation
 from thinwire.server import Aggregator
-from thinwire.server.flower_messages import IDENTIFY, TRAIN, read_instruction
+from thinwire.server.flower_messages import (
+    IDENTIFY,
+    TRAIN,
+    default_state_dir,
+    read_instruction,
+)
 from thinwire.server.flower_strategy import QuorumError, StarStrategy
 from thinwire.simulate import simulate
 from thinwire.wire import Kind, decode
@@ -106,33 +113,69 @@ def test_replies_to_other_messages_are_ignored() -> None:
         strategy.aggregate_train(3, fresh)
 
 
-def test_a_client_on_a_new_node_gets_the_full_model_again() -> None:
+def kinds_sent(strategy: StarStrategy, messages: list[Message]) -> dict[int, tuple[Kind, int]]:
+    """Node -> (the downlink's kind, the state round named) of each train message."""
+    specs = {
+        Kind.MODEL: strategy.dense.wire_spec,
+        Kind.MODEL_DELTA: strategy.aggregator.downlink.wire_spec,
+    }
+    out = {}
+    for m in messages:
+        order = read_instruction(m.content)
+        out[m.metadata.dst_node_id] = (decode(order.downlink, specs).kind, order.state_round)
+    return out
+
+
+def test_a_client_on_a_new_node_continues_from_the_state_on_its_disk() -> None:
     exp = experiment(downlink=TOPK_EF)
     strategy, grid = strategy_and_grid(exp)
     strategy.identify(grid)
     for round in (1, 2):
         messages = strategy.configure_train(round, ArrayRecord(), ConfigRecord(), grid)
         strategy.aggregate_train(round, grid.send_and_receive(messages))
-    grid.restart(1, node=4242)  # client 1's host restarts under a new node id
+    grid.restart(1, node=4242)  # client 1's host restarts under a new node id, same disk
     strategy.identify(grid)
     messages = list(strategy.configure_train(3, ArrayRecord(), ConfigRecord(), grid))
-    kinds = {
-        m.metadata.dst_node_id: decode(
-            read_instruction(m.content).downlink,
-            {
-                Kind.MODEL: strategy.dense.wire_spec,
-                Kind.MODEL_DELTA: strategy.aggregator.downlink.wire_spec,
-            },
-        ).kind
-        for m in messages
-    }
-    assert kinds == {
-        grid.node(0): Kind.MODEL_DELTA,
-        4242: Kind.MODEL,
-        grid.node(2): Kind.MODEL_DELTA,
+    assert kinds_sent(strategy, messages) == {
+        grid.node(0): (Kind.MODEL_DELTA, 2),
+        4242: (Kind.MODEL_DELTA, 2),
+        grid.node(2): (Kind.MODEL_DELTA, 2),
     }
     _, metrics = strategy.aggregate_train(3, grid.send_and_receive(messages))
-    assert metrics is not None and metrics["updates"] == 3
+    assert metrics is not None and (metrics["updates"], metrics["state-lost"]) == (3, 0)
+    expected = simulate(exp).model
+    for name, tensor in expected.items():
+        assert torch.equal(strategy.aggregator.model[name], tensor), name
+
+
+def test_a_client_whose_state_is_gone_is_counted_and_resynchronized(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    exp = experiment(downlink=TOPK_EF, train={"rounds": 4, "local_steps": 4, "lr": 0.1})
+    strategy, grid = strategy_and_grid(exp)
+    strategy.identify(grid)
+    for round in (1, 2):
+        messages = strategy.configure_train(round, ArrayRecord(), ConfigRecord(), grid)
+        strategy.aggregate_train(round, grid.send_and_receive(messages))
+    store = StateStore(default_state_dir(), experiment=experiment_digest(exp), partition=1, keep=1)
+    shutil.rmtree(store.folder)  # client 1's host lost its disk
+    messages = list(strategy.configure_train(3, ArrayRecord(), ConfigRecord(), grid))
+    _, metrics = strategy.aggregate_train(3, grid.send_and_receive(messages))
+    assert metrics is not None
+    assert (metrics["updates"], metrics["state-lost"], metrics["dropouts"]) == (2, 1, 0)
+    assert "round 3: client 1 lost its state, re-synchronizing it: StateLost: " in caplog.text
+    outcome = strategy.last_round
+    assert outcome is not None and list(outcome.state_lost) == [1]
+    assert outcome.result.accepted == [0, 2]  # nothing of client 1 was averaged
+    messages = list(strategy.configure_train(4, ArrayRecord(), ConfigRecord(), grid))
+    assert kinds_sent(strategy, messages) == {
+        grid.node(0): (Kind.MODEL_DELTA, 3),
+        grid.node(1): (Kind.MODEL, 0),  # the full model and a fresh start
+        grid.node(2): (Kind.MODEL_DELTA, 3),
+    }
+    assert read_instruction(messages[1].content).delivered is None
+    _, metrics = strategy.aggregate_train(4, grid.send_and_receive(messages))
+    assert metrics is not None and (metrics["updates"], metrics["state-lost"]) == (3, 0)
 
 
 def test_train_messages_carry_the_round_and_the_previous_delivery() -> None:
@@ -146,3 +189,19 @@ def test_train_messages_carry_the_round_and_the_previous_delivery() -> None:
     assert [read_instruction(m.content).delivered for m in first] == [None] * 3
     assert [read_instruction(m.content).delivered for m in second] == [True] * 3
     assert {read_instruction(m.content).round for m in second} == {2}
+
+
+def test_the_first_round_after_a_start_waits_longer_for_its_cold_clients() -> None:
+    exp = experiment(runtime={"round_timeout_s": 5.0, "first_round_timeout_s": 42.0})
+    strategy, grid = strategy_and_grid(exp)
+    strategy.identify(grid)
+    ttls = []
+    for round in (1, 2):
+        messages = list(strategy.configure_train(round, ArrayRecord(), ConfigRecord(), grid))
+        ttls.append({m.metadata.ttl for m in messages})
+        strategy.aggregate_train(round, grid.send_and_receive(messages))
+    assert ttls == [{42.0}, {5.0}]
+    assert [strategy.deadline_s(r) for r in (1, 2, 3)] == [42.0, 5.0, 5.0]
+    default = StarStrategy(experiment=experiment(), aggregator=strategy.aggregator)
+    assert default.first_round == 3  # a resumed server's first round is the next one
+    assert default.deadline_s(3) == 10.0  # twice round_timeout_s

@@ -14,6 +14,7 @@ from thinwire.topologies import (
     GossipServicer,
     Mailbox,
     RunCertificates,
+    StreamLimits,
     TLSIdentity,
     Traffic,
     TransportSettings,
@@ -41,6 +42,7 @@ def start_node() -> Iterator[StartNode]:
         window: int = 2,
         settings: TransportSettings = FAST,
         tls: TLSIdentity | None = None,
+        limits: StreamLimits | None = None,
     ) -> Node:
         lookup = neighbours if callable(neighbours) else (lambda r, fixed=neighbours: fixed)
         traffic = Traffic()
@@ -54,15 +56,16 @@ def start_node() -> Iterator[StartNode]:
             max_message_bytes=settings.max_message_bytes,
             traffic=traffic,
         )
+        servicer = GossipServicer(receiver, limits)
         server, port = create_server(
             "127.0.0.1:0",
-            GossipServicer(receiver),
+            servicer,
             tls=tls,
             insecure=tls is None,
             settings=settings,
         )
         servers.append(server)
-        return Node(node, port, mailbox, receiver, traffic)
+        return Node(node, port, mailbox, receiver, traffic, servicer)
 
     try:
         yield start

@@ -12,6 +12,7 @@ import grpc
 from thinwire.topologies import (
     Delivery,
     GossipReceiver,
+    GossipServicer,
     Mailbox,
     RunCertificates,
     TLSIdentity,
@@ -36,6 +37,7 @@ class Node:
     mailbox: Mailbox[Any]
     receiver: GossipReceiver[Any]
     traffic: Traffic
+    servicer: GossipServicer | None = None
 
     @property
     def address(self) -> str:
@@ -43,14 +45,18 @@ class Node:
 
 
 def raw_push(
-    port: int, frames: Iterator[bytes] | list[bytes], *, timeout: float = 10.0
+    port: int,
+    frames: Iterator[bytes] | list[bytes],
+    *,
+    timeout: float = 10.0,
+    metadata: tuple[tuple[str, str], ...] | None = None,
 ) -> gossip_pb2.PushReply:
     """Sends hand-made frames on an insecure channel, bypassing PeerClient's checks."""
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         push = channel.stream_unary(
             PUSH_METHOD, response_deserializer=gossip_pb2.PushReply.FromString
         )
-        return push(iter(frames), timeout=timeout)
+        return push(iter(frames), timeout=timeout, metadata=metadata)
 
 
 def identity(certs: RunCertificates, node: int, *, ca: Path | None = None) -> TLSIdentity:

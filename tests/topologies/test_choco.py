@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from thinwire.codecs.forms import FormError
 from thinwire.config import MatchingTopology, ResidualFeedback
 from thinwire.topologies.node import ASK
-from thinwire.wire import Kind, WireError, decode
+from thinwire.wire import Kind, decode
 
 from .gossip_support import experiment, make_nodes, play, vectors
 
@@ -123,7 +124,8 @@ def test_a_correction_in_another_codecs_form_is_refused():
     nodes = choco()
     dense_codec = choco(codec={})
     foreign = dense_codec[0].prepare(1).messages[1]  # dense fp32 correction, not top-k
-    with pytest.raises(WireError, match="this run's codec sends SparseSupport with RawValues"):
+    expected = "dense support with fp32 values, but this receiver's codec sends sparse support"
+    with pytest.raises(FormError, match=expected):
         nodes[1].open(0, 1, foreign)
 
 

@@ -24,7 +24,7 @@ def test_settings_follow_the_runtime_section():
     assert (settings.timeout_s, settings.chunk_bytes, settings.retries) == (3.0, 4096, 0)
 
 
-def test_retry_policy_retries_only_unavailable_with_exponential_backoff():
+def test_retry_policy_retries_unavailable_and_a_full_receiver_with_exponential_backoff():
     config = json.loads(service_config(TransportSettings(retries=3, backoff_s=0.25)))
     (method,) = config["methodConfig"]
     assert method["name"] == [{"service": "thinwire.topologies.v1.Gossip"}]
@@ -33,7 +33,7 @@ def test_retry_policy_retries_only_unavailable_with_exponential_backoff():
         "initialBackoff": "0.250s",
         "maxBackoff": "2.000s",
         "backoffMultiplier": 2,
-        "retryableStatusCodes": ["UNAVAILABLE"],
+        "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"],
     }
     assert (
         "retryPolicy"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -125,3 +126,22 @@ def test_the_report_command_judges_the_finished_run(finished, tmp_path):
     assert "average model: accuracy" in result.output and "consensus distance" in result.output
     refused = CliRunner().invoke(app, ["peer", str(path), "--report", "--node", "1"])
     assert refused.exit_code == 2 and "leave out --node" in refused.output
+
+
+def test_the_report_writes_the_simulators_run_folder(finished, tmp_path):
+    from thinwire.learning import load_saved_model
+    from thinwire.metrics import load_records
+    from thinwire.topologies.peer_report import write_peer_run
+
+    exp, out, _ = finished
+    run_dir, _ = write_peer_run(exp, out, run_dir=tmp_path / "run")
+    sim = simulate_gossip(exp).records
+    records = load_records(run_dir)
+    same = ("round", "bytes_up", "bytes_down", "cum_bytes_up", "cum_bytes_down", "updates_sent")
+    assert [{k: r[k] for k in same} for r in records] == [{k: r[k] for k in same} for r in sim]
+    assert [r["sim_time_s"] for r in records] == pytest.approx([r["sim_time_s"] for r in sim])
+    assert records[-1]["accuracy"] == pytest.approx(sim[-1]["accuracy"])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["rounds"] == 4
+    assert (run_dir / "curves.png").exists() and (run_dir / "nodes.jsonl").exists()
+    load_saved_model(run_dir)

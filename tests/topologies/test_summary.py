@@ -12,6 +12,7 @@ from thinwire.config import (
     ErdosRenyiTopology,
     MatchingTopology,
     RingTopology,
+    SmallWorldTopology,
     StarTopology,
     TorusTopology,
 )
@@ -64,3 +65,34 @@ def test_summarize_needs_a_round():
 def test_draw_graph_writes_a_png(tmp_path, config, nodes):
     target = draw_graph(build_graph(config, nodes, seed=0), tmp_path / "out" / "graph.png")
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_federated_star_is_drawn_with_the_server_as_its_hub(tmp_path):
+    from thinwire.topologies.summary import SERVER, server_star
+
+    graph = server_star(10)
+    assert graph.degree(SERVER) == 10 and all(graph.degree(i) == 1 for i in range(10))
+    path = draw_graph(graph, tmp_path / "star.png")
+    assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_topology_command_draws_a_star_experiment_around_its_server(tmp_path):
+    from typer.testing import CliRunner
+
+    from thinwire.cli import app
+
+    config = tmp_path / "exp.yaml"
+    config.write_text("name: s\ndata: {clients: 5}\n")
+    result = CliRunner().invoke(app, ["topology", str(config), "--out", str(tmp_path / "t.png")])
+    assert result.exit_code == 0, result.output
+    assert "a server and 5 clients" in result.output
+    assert (tmp_path / "t.png").exists()
+
+
+def test_ring_edges_and_chords_are_told_apart_on_a_circle():
+    from thinwire.topologies.summary import _layout, _split_edges
+
+    graph = build_graph(SmallWorldTopology(k=4, p=0.2), 60, seed=1)
+    ring, chords = _split_edges(graph, _layout(graph))
+    assert len(ring) + len(chords) == graph.number_of_edges()
+    assert chords and len(ring) > len(chords)  # rewiring 20% leaves the lattice the majority

@@ -1,6 +1,7 @@
 """The `thinwire` command: one Typer app, its commands grouped by what they run.
 
-- `experiments`: `run`, `validate`, `compare` (simulated runs and their folders);
+- `experiments`: `run`, `validate` (simulated runs and sweeps);
+- `results`: `compare` (run folders as a results table and figure);
 - `flower`: `server`, `client` (the star on Flower's deployment engine);
 - `gossip`: `topology`, `peer` (decentralized runs on a graph);
 - `ddp`: `ddp` (the star's clients as torch.distributed ranks).
@@ -10,7 +11,7 @@ Importing a group registers its commands on `app`, in the order `thinwire --help
 
 from __future__ import annotations
 
-from thinwire.cli import ddp, experiments, flower, gossip  # noqa: F401  (they register commands)
+from thinwire.cli import ddp, experiments, flower, gossip, results  # noqa: F401  (register commands)
 from thinwire.cli._app import app
 
 __all__ = ["app", "main"]

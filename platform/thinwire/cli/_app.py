@@ -16,12 +16,13 @@ from thinwire.metrics import format_bytes
 __all__ = [
     "ConfigArg",
     "SetOpt",
+    "UnsetOpt",
     "app",
-    "comparison_table",
     "console",
     "errors",
     "fail",
     "load",
+    "load_runnable",
     "pct",
     "run_table",
     "summary_rows",
@@ -48,13 +49,46 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def load(path: Path, overrides: list[str] | None) -> Experiment:
+UnsetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--unset", help="Remove a field or section (its default applies): --unset codec"),
+]
+
+
+def load(path: Path, overrides: list[str] | None, unset: list[str] | None = None) -> Experiment:
+    notes: list[str] = []
     try:
-        return load_config(path, overrides or ())
+        experiment = load_config(path, overrides or (), unset=unset or (), notes=notes)
     except ConfigError as exc:
-        for problem in exc.problems:
-            errors.print(f"[bold red]error:[/] {exc.source}: {problem}", highlight=False)
+        _print_problems(exc)
         raise typer.Exit(2) from None
+    for note in notes:
+        errors.print(f"[bold yellow]note:[/] {note}", highlight=False)
+    return experiment
+
+
+def load_runnable(
+    path: Path, overrides: list[str] | None, unset: list[str] | None = None
+) -> Experiment:
+    """`load`, then `preflight`: the file is valid and runs on this machine."""
+    return check_runnable(load(path, overrides, unset), path)
+
+
+def check_runnable(experiment: Experiment, path: Path) -> Experiment:
+    """`preflight` with the CLI's error output: the experiment runs on this machine."""
+    from thinwire.preflight import preflight
+
+    try:
+        preflight(experiment, str(path))
+    except ConfigError as exc:
+        _print_problems(exc)
+        raise typer.Exit(2) from None
+    return experiment
+
+
+def _print_problems(exc: ConfigError) -> None:
+    for problem in exc.problems:
+        errors.print(f"[bold red]error:[/] {exc.source}: {problem}", highlight=False)
 
 
 def pct(value: float) -> str:
@@ -83,15 +117,4 @@ def run_table(title: str, summary: dict[str, Any]) -> Table:
     table.add_column(justify="right")
     for name, value in summary_rows(summary):
         table.add_row(name, value)
-    return table
-
-
-def comparison_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table(title="comparison", title_justify="left")
-    table.add_column("run")
-    names = [name for name, _ in summary_rows(rows[0])] if rows else []
-    for name in names:
-        table.add_column(name, justify="right")
-    for row in rows:
-        table.add_row(str(row["run"]), *(value for _, value in summary_rows(row)))
     return table

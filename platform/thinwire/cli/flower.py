@@ -106,7 +106,8 @@ def server(
 
     experiment = _flower_experiment(config, overrides, superlink, insecure, root_certificates)
     runtime = experiment.runtime
-    assert isinstance(runtime, FlowerRuntime)
+    if not isinstance(runtime, FlowerRuntime):  # _flower_experiment sets it
+        raise RuntimeError(f"expected a flower runtime, got {runtime.kind!r}")
     checkpoint = ""
     if resume is not None:
         from thinwire.server.checkpoint import find_checkpoint
@@ -128,38 +129,65 @@ def server(
             "--start-superlink starts a plain-HTTP SuperLink for one machine; add --insecure, "
             "or start flower-superlink with --ssl-* options yourself (docker/README.md)"
         )
-    run_dir = new_run_dir(Path(experiment.output).resolve(), experiment.name)
-    with tempfile.TemporaryDirectory(prefix="thinwire-flower-") as tmp:
+    with (
+        _local_superlink(runtime.superlink) if start_superlink else nullcontext(),
+        tempfile.TemporaryDirectory(prefix="thinwire-flower-") as tmp,
+    ):
+        run_dir = new_run_dir(Path(experiment.output).resolve(), experiment.name)
         app_dir = Path(tmp) / "app"
         write_flower_app(app_dir, experiment=experiment, run_dir=str(run_dir), resume=checkpoint)
-        with _local_superlink(runtime.superlink) if start_superlink else nullcontext():
-            status = _submit(app_dir, Path(tmp) / "flwr_home", runtime)
+        status = _submit(app_dir, Path(tmp) / "flwr_home", runtime)
     _report_flower_run(experiment, run_dir, status)
 
 
 @contextmanager
 def _local_superlink(address: str) -> Iterator[None]:
-    """Runs a plain-HTTP SuperLink at `address` while the block runs."""
+    """Runs a plain-HTTP SuperLink at `address` while the block runs, and never longer.
+
+    The port must be free: a SuperLink that cannot bind would leave `/health` to whatever
+    holds the port (an orphaned SuperLink of an earlier run), and the run would go there.
+    The SuperLink runs under `thinwire.server.flower_superlink`, a supervisor armed with a
+    parent-death signal: it stops the SuperLink and everything the SuperLink started (the
+    SuperExec, the ServerApp) when the block ends, and also when this process is SIGKILLed.
+    """
     import subprocess
     import time
     import urllib.error
     import urllib.request
 
-    from thinwire.server.flower_deploy import flower_environment, superlink_command
+    from thinwire.server.flower_deploy import (
+        die_with_parent,
+        flower_environment,
+        superlink_command,
+    )
 
     host, _, port = address.rpartition(":")
-    command = superlink_command(host=host.strip("[]"), port=int(port))
-    process = subprocess.Popen(command, env=flower_environment(), start_new_session=True)
+    host = host.strip("[]")
+    problem = _port_taken(host, int(port))
+    if problem is not None:
+        fail(
+            f"--start-superlink: cannot listen at {address} ({problem}); another SuperLink "
+            "(perhaps one left by a killed run) or another program holds the port. Stop it, "
+            "or pick a free port with --superlink HOST:PORT"
+        )
+    command = superlink_command(host=host, port=int(port))
+    supervised = [sys.executable, "-m", "thinwire.server.flower_superlink", *command]
+    process = subprocess.Popen(
+        supervised, env=flower_environment(), start_new_session=True, preexec_fn=die_with_parent
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
             try:
                 with urllib.request.urlopen(f"http://{address}/health", timeout=2):
+                    pass
+                if process.poll() is None:
                     break
             except (urllib.error.URLError, OSError):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    fail(f"the SuperLink did not come up at {address}: {' '.join(command)}")
-                time.sleep(0.2)
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                fail(f"the SuperLink did not come up at {address}: {' '.join(command)}")
+            time.sleep(0.2)
         errors.print(f"SuperLink started at {address} (pid {process.pid})", highlight=False)
         yield
     finally:
@@ -170,12 +198,31 @@ def _local_superlink(address: str) -> Iterator[None]:
             process.kill()
 
 
+def _port_taken(host: str, port: int) -> str | None:
+    """Why `host:port` cannot be listened on, or None if it can."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
+
+
 def _submit(app_dir: Path, flwr_home: Path, runtime: FlowerRuntime) -> str:
     """Runs `flwr run --stream`, echoing its output; returns the run's final status."""
     import re
     import subprocess
 
-    from thinwire.server.flower_deploy import CONNECTION, flower_environment, write_connection
+    from thinwire.server.flower_deploy import (
+        CONNECTION,
+        die_with_parent,
+        flower_environment,
+        write_connection,
+    )
 
     ca = runtime.root_certificates
     write_connection(
@@ -192,8 +239,10 @@ def _submit(app_dir: Path, flwr_home: Path, runtime: FlowerRuntime) -> str:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=die_with_parent,
     )
-    assert process.stdout is not None
+    if process.stdout is None:  # stdout=PIPE always gives one
+        raise RuntimeError("flwr run started without an output pipe")
     try:
         for line in process.stdout:
             sys.stdout.write(line)
@@ -257,21 +306,42 @@ def client(
     ] = 9094,
     insecure: InsecureOpt = False,
     root_certificates: RootCertificatesOpt = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--state-dir",
+            help="Node-local folder for the client's state between rounds (residuals, model "
+            "copy), kept across runs and restarts [default: $FLWR_HOME/thinwire-state, "
+            "FLWR_HOME defaulting to ~/.flwr].",
+            file_okay=False,
+        ),
+    ] = None,
 ) -> None:
     """Start a Flower SuperNode that trains as one client (run one per client host).
 
-    Execs `flower-supernode --superlink HOST:PORT --node-config "partition-id=I ..."` with
-    Flower's telemetry and update check off. Every run's experiment arrives with the run;
-    training uses CUDA when the experiment says `device: auto` and this host has a GPU.
+    Runs `flower-supernode --superlink HOST:PORT --node-config "partition-id=I ..."` with
+    Flower's telemetry and update check off, and starts a fresh one whenever the SuperLink
+    has restarted and no longer knows it (so clients outlive a server restart). Every run's
+    experiment arrives with the run; training uses CUDA when the experiment says
+    `device: auto` and this host has a GPU.
     Without --insecure the connection uses TLS, trusting --root-certificates or the system.
+    The client's state between rounds lives in --state-dir, keyed by experiment and
+    partition, so a resumed run or a restarted SuperNode continues from it.
     """
-    import os
+    import logging
     import shutil
 
+    from thinwire.clients.flower_supernode import Supervisor
     from thinwire.server.flower_deploy import flower_environment, supernode_command
+    from thinwire.server.flower_messages import default_state_dir
 
     if insecure and root_certificates is not None:
         fail("pass either --insecure or --root-certificates, not both")
+    state_dir = (state_dir or default_state_dir()).resolve()
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"cannot create the state folder {state_dir}: {exc}")
     try:
         command = supernode_command(
             superlink=superlink,
@@ -280,11 +350,12 @@ def client(
             port=port,
             insecure=insecure,
             root_certificates=root_certificates,
+            state_dir=state_dir,
         )
     except ValueError as exc:
         fail(str(exc))
-    executable = shutil.which(command[0])
-    if executable is None:
+    if shutil.which(command[0]) is None:
         fail(f"{command[0]} is not on PATH; install thinwire's dependencies (flwr)")
-    sys.stdout.flush()
-    os.execve(executable, command, flower_environment())
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    code = Supervisor(command, flower_environment()).run()
+    raise typer.Exit(code)

@@ -28,17 +28,29 @@ def topology(
         int, typer.Option(min=1, help="Rounds to sample when the graph is redrawn every round.")
     ] = 20,
 ) -> None:
-    """Print a topology's degree statistics and spectral gap, and draw its graph to a PNG."""
+    """Print a topology's degree statistics and spectral gap, and draw its graph to a PNG.
+
+    A federated run (topology star, not gossip) is drawn as it runs: the server as the hub.
+    """
     from thinwire.topologies import GraphSchedule, draw_graph, summarize, summary_table
+    from thinwire.topologies.summary import server_star
 
     experiment = load(config, overrides)
     nodes = experiment.data.clients
+    path = out or Path(experiment.output) / f"{experiment.name}-topology.png"
+    if not experiment.decentralized:
+        console.print(
+            f"star: a server and {nodes} clients; each client exchanges with the server only "
+            f"({experiment.clients_per_round} sampled a round)"
+        )
+        draw_graph(server_star(nodes), path, title=f"{experiment.name}: server and {nodes} clients")
+        console.print(f"graph: [bold]{path}[/]")
+        return
     try:
         schedule = GraphSchedule(experiment.topology, nodes, seed=experiment.seed)
     except ValueError as exc:
         fail(f"{config}: topology: {exc}")
     console.print(summary_table(summarize(schedule, rounds=rounds)))
-    path = out or Path(experiment.output) / f"{experiment.name}-topology.png"
     title = f"{experiment.name}: {experiment.topology.kind}, {nodes} nodes"
     if schedule.time_varying:
         title += " (round 0)"
@@ -47,10 +59,10 @@ def topology(
 
 
 def _peer_report(experiment: Experiment, out: Path, checkpoint_dir: Path | None) -> None:
-    from thinwire.topologies.peer import summarize_peers
+    from thinwire.topologies.peer_report import write_peer_run
 
     try:
-        summary = summarize_peers(experiment, out, checkpoint_dir)
+        run_dir, summary = write_peer_run(experiment, out, checkpoint_dir)
     except ValueError as exc:
         fail(str(exc))
     table = Table(title=f"{experiment.name}: gossip peers ({out})", title_justify="left")
@@ -65,6 +77,7 @@ def _peer_report(experiment: Experiment, out: Path, checkpoint_dir: Path | None)
         f"average model: accuracy {pct(summary.evaluation.accuracy)}, "
         f"loss {summary.evaluation.loss:.4f}; consensus distance {summary.consensus_distance:.4g}"
     )
+    console.print(f"run folder: [bold]{run_dir}[/] (as `thinwire run` writes it)")
 
 
 @app.command()
@@ -93,7 +106,8 @@ def peer(
 
     Restarted with the same folders, a peer resumes from its checkpoint and rejoins the run.
     SIGTERM or Ctrl-C ends it after the current round; a second one abandons the round.
-    With --report (no --node), evaluate the average of the peers' final models instead.
+    With --report (no --node), evaluate the average of the peers' final models and write the
+    run folder `thinwire run` writes (records, summary, curves, model) instead.
     """
     import logging
     import signal

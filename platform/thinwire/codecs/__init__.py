@@ -25,6 +25,7 @@ from thinwire.codecs.base import (
 from thinwire.codecs.bounds import information_bits
 from thinwire.codecs.feedback import DGCState, ErrorFeedbackState, with_dgc, with_error_feedback
 from thinwire.codecs.masked import SharedMaskState, install_mask, shared_mask
+from thinwire.codecs.oktopk import OkTopKState, ok_top_k
 from thinwire.codecs.quantize import QSGDState, cast, qsgd, scaled_sign
 from thinwire.codecs.registry import (
     build,
@@ -35,6 +36,7 @@ from thinwire.codecs.registry import (
     register_transform,
 )
 from thinwire.codecs.seeded import RandomBlockState, RandomKState, random_block, random_k
+from thinwire.codecs.sidco import SIDCoState, sidco
 from thinwire.codecs.sparsify import (
     AdaptiveTopKState,
     RTopKState,
@@ -54,11 +56,13 @@ __all__ = [
     "DGCState",
     "EmptyState",
     "ErrorFeedbackState",
+    "OkTopKState",
     "QSGDState",
     "Quantizer",
     "RTopKState",
     "RandomBlockState",
     "RandomKState",
+    "SIDCoState",
     "Selector",
     "SharedMaskState",
     "Transform",
@@ -70,6 +74,7 @@ __all__ = [
     "information_bits",
     "install_mask",
     "kinds",
+    "ok_top_k",
     "qsgd",
     "random_block",
     "random_k",
@@ -83,6 +88,7 @@ __all__ = [
     "scatter",
     "seeded_indices",
     "shared_mask",
+    "sidco",
     "threshold",
     "top_k",
     "wavelet",

@@ -14,6 +14,13 @@ through, as in optax's gradient transformations. `chain` validates the order and
 `Codec`; cross-cutting behaviour such as error feedback wraps a `Codec` and returns a `Codec`
 (`thinwire.codecs.feedback`), it is never a flag on a stage.
 
+A selector declares the supports it emits (`supports(n)`, by domain size: a top-k of a
+tensor smaller than 1 / density keeps every coordinate and goes dense) and a quantizer its
+values form (`thinwire.codecs.forms`); the chained codec's `forms(shape)` is what a receiver
+accepts, checked before decode runs. A stage that declares nothing (a plugin's) lets any
+form through to its own decoder, which must then refuse what it cannot read with a
+`WireError`.
+
 Example:
     >>> import torch
     >>> from thinwire.codecs import chain, top_k, cast
@@ -33,7 +40,9 @@ from typing import Any, NamedTuple
 
 import torch
 
+from thinwire.codecs.forms import DENSE, Forms, constant, raw_form, undeclared, values_form
 from thinwire.codecs.support import scatter
+from thinwire.wire import WireError
 from thinwire.wire.payload import DenseSupport, Payload, RawValues, Support, Values
 
 __all__ = [
@@ -84,6 +93,9 @@ class Selector(NamedTuple):
     select: Callable[[torch.Tensor, Any], tuple[Support, torch.Tensor, Any]]
     info: CodecInfo
     name: str = "selector"
+    # domain size n -> the support forms it emits there (`thinwire.codecs.forms`); None:
+    # not declared
+    supports: Callable[[int], frozenset[str]] | None = None
 
 
 class Quantizer(NamedTuple):
@@ -94,6 +106,7 @@ class Quantizer(NamedTuple):
     dequantize: Callable[[Values], torch.Tensor]
     info: CodecInfo
     name: str = "quantizer"
+    values: str | None = None  # the values form it emits (`thinwire.codecs.forms`)
 
 
 class Codec(NamedTuple):
@@ -104,7 +117,10 @@ class Codec(NamedTuple):
     - `decode(payload, shape) -> x_hat`: receiver side, on the payload's device, shaped `shape`;
     - `wire_shape(shape)`: the shape of the domain its payloads index (for wire validation);
     - `transform`: the transform stage, None when payloads index the tensor's own
-      coordinates (wrappers such as DGC's momentum masking need those).
+      coordinates (wrappers such as DGC's momentum masking need those);
+    - `forms`: the payload forms encode emits, which receivers check before decode runs.
+
+    `decode` raises only `WireError` for a payload that `thinwire.wire.decode` accepted.
     """
 
     init: Callable[[torch.Tensor], Any]
@@ -114,6 +130,7 @@ class Codec(NamedTuple):
     info: CodecInfo
     name: str = "codec"
     transform: Transform | None = None
+    forms: Callable[[tuple[int, ...]], Forms] = undeclared  # tensor shape -> forms
 
 
 class ChainState(NamedTuple):
@@ -131,7 +148,7 @@ def _keep_all() -> Selector:
     def select(y: torch.Tensor, state: EmptyState) -> tuple[Support, torch.Tensor, EmptyState]:
         return DenseSupport(), y, state
 
-    return Selector(init, select, LOSSLESS, name="dense")
+    return Selector(init, select, LOSSLESS, name="dense", supports=constant(DENSE))
 
 
 def _fp32() -> Quantizer:
@@ -143,10 +160,13 @@ def _fp32() -> Quantizer:
         return RawValues(v.float()), state
 
     def dequantize(values: Values) -> torch.Tensor:
-        assert isinstance(values, RawValues)
+        if not isinstance(values, RawValues):
+            raise WireError(f"fp32 decodes plain values, got {values_form(values)}")
         return values.data.float()
 
-    return Quantizer(init, quantize, dequantize, LOSSLESS, name="fp32")
+    return Quantizer(
+        init, quantize, dequantize, LOSSLESS, name="fp32", values=raw_form(torch.float32)
+    )
 
 
 def _combined_info(infos: list[CodecInfo]) -> CodecInfo:
@@ -227,4 +247,13 @@ def chain(*stages: Transform | Selector | Quantizer) -> Codec:
 
     names = [s.name for s in (transform, selector, quantizer) if s is not None]
     info = _combined_info([selector.info, quantizer.info])
-    return Codec(init, encode, decode, domain, info, name="+".join(names), transform=transform)
+    values = frozenset({quantizer.values}) if quantizer.values is not None else None
+
+    def forms(shape: tuple[int, ...]) -> Forms:
+        supports = selector.supports
+        n = math.prod(domain(shape))
+        return Forms(supports(n) if supports is not None else None, values)
+
+    return Codec(
+        init, encode, decode, domain, info, name="+".join(names), transform=transform, forms=forms
+    )

@@ -24,8 +24,9 @@ from typing import Any, NamedTuple
 import torch
 
 from thinwire.codecs.base import CodecInfo, Selector
+from thinwire.codecs.forms import DENSE, constant, seeded_form
 from thinwire.codecs.support import seeded_indices
-from thinwire.wire.payload import DenseSupport, SeededSupport, Support
+from thinwire.wire.payload import DenseSupport, SeededSupport, SeedScheme, Support
 
 __all__ = ["SharedMaskState", "install_mask", "shared_mask"]
 
@@ -77,7 +78,8 @@ def shared_mask() -> Selector:
         kept = y[seeded_indices(state.support, y.numel(), y.device)]
         return state.support, kept, SharedMaskState(None)
 
-    return Selector(init, select, CodecInfo(unbiased=False), name="shared_mask")
+    supports = constant(DENSE, seeded_form(SeedScheme.RANDOM_K))
+    return Selector(init, select, CodecInfo(unbiased=False), name="shared_mask", supports=supports)
 
 
 def install_mask(state: Any, support: SeededSupport | None) -> Any:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from thinwire.codecs.base import Codec
+from thinwire.codecs.forms import Forms
 from thinwire.codecs.registry import build
 from thinwire.codecs.support import derive_seed
 from thinwire.config import CodecConfig
@@ -55,6 +56,10 @@ class ModelCodec:
             TensorSpec(name, self._codecs[name].wire_shape(shape)) for name, shape in keys
         )
         """What a receiver passes to `thinwire.wire.decode` for these payloads."""
+        self.forms: dict[str, Forms] = {
+            name: self._codecs[name].forms(shape) for name, shape in keys
+        }
+        """The payload forms each tensor's codec sends (`thinwire.codecs.forms.check_forms`)."""
 
     @classmethod
     def dense(cls, spec: Sequence[TensorSpec]) -> ModelCodec:
@@ -88,7 +93,11 @@ class ModelCodec:
     def decode(
         self, payloads: Mapping[str, Payload], device: torch.device
     ) -> dict[str, torch.Tensor]:
-        """Named tensors (float32, on `device`) from payloads produced by `encode`."""
+        """Named tensors (float32, on `device`) from payloads produced by `encode`.
+
+        Untrusted payloads go through `thinwire.codecs.receive.open_payloads` instead, which
+        checks their forms first and the decoded numbers after.
+        """
         decoded = {
             name: codec.decode(payloads[name].to(device), self._shapes[name])
             for name, codec in self._codecs.items()

@@ -20,7 +20,9 @@ import numpy as np
 import torch
 
 from thinwire.codecs.base import CodecInfo, EmptyState, Quantizer
+from thinwire.codecs.forms import qsgd_form, raw_form, sign_form, values_form
 from thinwire.codecs.support import derive_seed
+from thinwire.wire import WireError
 from thinwire.wire.payload import QuantizedValues, RawValues, SignValues, Values
 
 __all__ = ["QSGDState", "cast", "qsgd", "scaled_sign"]
@@ -120,10 +122,11 @@ def cast(dtype: Literal["fp16", "bf16"]) -> Quantizer:
 
     def dequantize(values: Values) -> torch.Tensor:
         if not isinstance(values, RawValues):
-            raise TypeError(f"cast({dtype!r}) decodes RawValues, got {type(values).__name__}")
+            raise WireError(f"cast({dtype!r}) decodes plain values, got {values_form(values)}")
         return values.data.float()
 
-    return Quantizer(init, quantize, dequantize, CodecInfo(unbiased=False), name=dtype)
+    info = CodecInfo(unbiased=False)
+    return Quantizer(init, quantize, dequantize, info, name=dtype, values=raw_form(target))
 
 
 class QSGDState(NamedTuple):
@@ -234,7 +237,7 @@ def qsgd(levels: int, bucket: int = 0, *, seed: int) -> Quantizer:
 
     def dequantize(values: Values) -> torch.Tensor:
         if not isinstance(values, QuantizedValues):
-            raise TypeError(f"qsgd decodes QuantizedValues, got {type(values).__name__}")
+            raise WireError(f"qsgd decodes quantized values, got {values_form(values)}")
         codes, scale = values.levels, values.norms.float() / values.s
         out = torch.empty(codes.shape, dtype=torch.float32, device=codes.device)
         for start, stop in _spans(codes.numel(), values.bucket, codes.device):
@@ -244,7 +247,12 @@ def qsgd(levels: int, bucket: int = 0, *, seed: int) -> Quantizer:
         return out
 
     return Quantizer(
-        init, quantize, dequantize, _qsgd_omega(levels, bucket), name=f"qsgd({levels})"
+        init,
+        quantize,
+        dequantize,
+        _qsgd_omega(levels, bucket),
+        name=f"qsgd({levels})",
+        values=qsgd_form(levels, bucket),
     )
 
 
@@ -287,15 +295,16 @@ def scaled_sign(bucket: int = 0) -> Quantizer:
 
     def dequantize(values: Values) -> torch.Tensor:
         if not isinstance(values, SignValues):
-            raise TypeError(f"scaled_sign decodes SignValues, got {type(values).__name__}")
+            raise WireError(f"scaled_sign decodes sign values, got {values_form(values)}")
         negative, scales = values.negative, values.scales.float()
         out = torch.empty(negative.shape, dtype=torch.float32, device=negative.device)
         for start, stop in _spans(negative.numel(), values.bucket, negative.device):
-            # s - 2 s [negative], exact in floating point; torch.where on a bool mask is
-            # several times slower on CPU.
+            # (1 - 2 [negative]) * s: exact, and finite for every finite s (s - 2 s [negative]
+            # overflows once 2 s does). torch.where on a bool mask is several times slower on
+            # CPU.
             scale = _expand(scales, values.bucket, start, stop)
-            torch.mul(negative[start:stop], scale, out=out[start:stop]).mul_(-2.0).add_(scale)
+            torch.mul(negative[start:stop], -2.0, out=out[start:stop]).add_(1.0).mul_(scale)
         return out
 
     info = CodecInfo(unbiased=False, delta=lambda n: 1.0 / (min(n, bucket) if bucket else n))
-    return Quantizer(init, quantize, dequantize, info, name="sign")
+    return Quantizer(init, quantize, dequantize, info, name="sign", values=sign_form(bucket))

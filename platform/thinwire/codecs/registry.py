@@ -20,8 +20,10 @@ from thinwire import config as cfg
 from thinwire.codecs.base import Codec, Quantizer, Selector, Transform, chain
 from thinwire.codecs.feedback import with_dgc, with_error_feedback
 from thinwire.codecs.masked import shared_mask
+from thinwire.codecs.oktopk import ok_top_k
 from thinwire.codecs.quantize import cast, qsgd, scaled_sign
 from thinwire.codecs.seeded import random_block, random_k
+from thinwire.codecs.sidco import sidco
 from thinwire.codecs.sparsify import adaptive_top_k, rtop_k, sampled_top_k, threshold, top_k
 from thinwire.codecs.support import derive_seed
 from thinwire.codecs.wavelet import wavelet
@@ -55,13 +57,28 @@ _SELECTORS: dict[str, SelectorFactory] = {
     "topk": lambda c, seed: top_k(c.density),
     "topk_sampled": lambda c, seed: sampled_top_k(c.density, c.sample),
     "random_k": lambda c, seed: random_k(c.density, seed=seed, unbiased=c.unbiased),
-    "random_block": lambda c, seed: random_block(c.density, seed=seed),
+    "random_block": lambda c, seed: random_block(c.density, seed=seed, unbiased=c.unbiased),
     "rtopk": lambda c, seed: rtop_k(c.density, c.ratio, seed=seed),
     "threshold": lambda c, seed: threshold(c.lam),
     "adaptive": lambda c, seed: adaptive_top_k(
         c.density, min_density=c.min_density, max_density=c.max_density, decay=c.decay
     ),
     "shared_mask": lambda c, seed: shared_mask(),
+    "oktopk": lambda c, seed: ok_top_k(
+        c.density,
+        period=c.period,
+        tolerance=c.tolerance,
+        nudge=c.nudge,
+        max_nudges=c.max_nudges,
+        nudge_down=c.nudge_down,
+    ),
+    "sidco": lambda c, seed: sidco(
+        c.density,
+        family=c.family,
+        stages=c.stages,
+        max_stages=c.max_stages,
+        tolerance=c.tolerance,
+    ),
 }
 _QUANTIZERS: dict[str, QuantizerFactory] = {
     "none": lambda c, seed: None,

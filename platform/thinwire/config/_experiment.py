@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
+from thinwire.config._aggregation import AggregationConfig, aggregation_problems
 from thinwire.config._base import Section
 from thinwire.config._codec import CodecConfig, SharedMask
 from thinwire.config._learning import MLP, DataConfig, ModelConfig, TrainConfig
@@ -38,7 +40,9 @@ class Experiment(Section):
     """One experiment: everything `thinwire run` needs."""
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)]
+    """Names the run and its folder (`<output>/<name>-<timestamp>`)."""
     seed: Annotated[int, Field(ge=0, lt=2**63)] = 0
+    """Seeds everything random: split, model, batches, sampling, codecs, noise."""
     data: DataConfig = DataConfig()
     model: ModelConfig = MLP()
     train: TrainConfig = TrainConfig()
@@ -52,8 +56,16 @@ class Experiment(Section):
     gossip: Gossip = ExactGossip()
     """What gossip peers exchange; applies to decentralized runs (see `decentralized`)."""
     channel: ChannelConfig = ChannelConfig()
+    aggregation: AggregationConfig = AggregationConfig()
+    """Bounds on received updates, and the star server's aggregation rule."""
     runtime: Runtime = SimulationRuntime()
     output: Path = Path("runs")
+    """Folder that receives the run folders."""
+    seeds: list[Annotated[int, Field(ge=0, lt=2**63)]] | None = None
+    """Repeat the run once per seed, in one sweep folder (`thinwire run`); None: `seed` only."""
+    sweep: dict[str, Annotated[list[Any], Field(min_length=1)]] | None = None
+    """A grid over dotted fields, e.g. {codec.select.density: [0.01, 0.001]}: one run per
+    point (and per seed), each a run folder in one sweep folder (`thinwire run`)."""
 
     @property
     def decentralized(self) -> bool:
@@ -93,6 +105,24 @@ class Experiment(Section):
         return self
 
     @model_validator(mode="after")
+    def _sweep_fits(self) -> Experiment:
+        if self.seeds is None and self.sweep is None:
+            return self
+        if self.runtime.kind != "simulation":
+            raise ValueError(
+                "seeds and sweep make several simulated runs (thinwire run); "
+                f"runtime.kind {self.runtime.kind!r} runs one deployment"
+            )
+        if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds lists a seed twice: {self.seeds}")
+        for key in self.sweep or {}:
+            if not re.fullmatch(r"[A-Za-z_]\w*(\.(\d+|[A-Za-z_]\w*))*", key):
+                raise ValueError(f"sweep key {key!r} is not a dotted field such as train.lr")
+            if key.split(".")[0] in ("seeds", "sweep", "name"):
+                raise ValueError(f"sweep cannot vary {key!r} (seeds: lists the seeds)")
+        return self
+
+    @model_validator(mode="after")
     def _per_client_lists(self) -> Experiment:
         for key in ("uplink_mbps", "downlink_mbps", "latency_ms"):
             value = getattr(self.channel, key)
@@ -126,6 +156,17 @@ class Experiment(Section):
                 f"runtime.min_replies is {self.runtime.min_replies} but a round samples "
                 f"only {sampled} client(s) (train.participation * data.clients)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _aggregation_fits(self) -> Experiment:
+        problems = aggregation_problems(
+            self.aggregation,
+            decentralized=self.decentralized,
+            random_access=isinstance(self.policy, RandomAccessPolicy),
+        )
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     @model_validator(mode="after")

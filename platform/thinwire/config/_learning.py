@@ -29,6 +29,7 @@ class DirichletPartition(Section):
 
     kind: Literal["dirichlet"] = "dirichlet"
     alpha: PositiveFloat = 0.5
+    """Concentration: small alpha gives each client few labels; large, near-IID."""
     min_examples: PositiveInt = 2
     """Each client gets at least this many examples (the split is redrawn until it does)."""
 
@@ -38,6 +39,7 @@ class ShardsPartition(Section):
 
     kind: Literal["shards"] = "shards"
     shards: PositiveInt = 2
+    """Label-sorted shards per client."""
 
 
 Partition = Annotated[
@@ -63,9 +65,11 @@ class DataConfig(Section):
     """Which data, split over how many clients, and how."""
 
     dataset: Literal["digits", "synthetic", "mnist", "fashion_mnist", "cifar10"] = "digits"
+    """Which data set (layouts for the file-based ones at the end of this page)."""
     root: Path | None = None
     """Folder holding the files of mnist / fashion_mnist / cifar10 (never downloaded)."""
     clients: PositiveInt = 10
+    """Clients of the star, or nodes of the gossip graph."""
     partition: Partition = IIDPartition()
     test_fraction: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.2
     """Held-out share for datasets without an official test split (digits, synthetic)."""
@@ -98,6 +102,7 @@ class MLP(Section):
 
     kind: Literal["mlp"] = "mlp"
     hidden: list[PositiveInt] = [64]
+    """Width of each hidden layer."""
 
 
 class CNN(Section):
@@ -105,6 +110,7 @@ class CNN(Section):
 
     kind: Literal["cnn"] = "cnn"
     channels: list[PositiveInt] = [16, 32]
+    """Output channels of the two conv layers."""
 
 
 class ResNet20(Section):
@@ -121,8 +127,11 @@ class SGD(Section):
 
     kind: Literal["sgd"] = "sgd"
     momentum: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    """Heavy-ball momentum of local SGD (reset every round)."""
     nesterov: bool = False
+    """Nesterov momentum instead of heavy-ball."""
     weight_decay: NonNegativeFloat = 0.0
+    """L2 penalty added to the gradient."""
 
     @model_validator(mode="after")
     def _nesterov_needs_momentum(self) -> SGD:
@@ -136,6 +145,7 @@ class Adam(Section):
 
     kind: Literal["adam"] = "adam"
     weight_decay: NonNegativeFloat = 0.0
+    """L2 penalty added to the gradient."""
 
 
 Optimizer = Annotated[SGD | Adam, Field(discriminator="kind")]
@@ -152,7 +162,9 @@ class StepLR(Section):
 
     kind: Literal["step"] = "step"
     milestones: list[Annotated[int, Field(ge=1)]]
+    """Rounds at which the learning rate is multiplied by gamma."""
     gamma: PositiveFloat = 0.1
+    """Factor applied at each milestone."""
 
 
 class CosineLR(Section):
@@ -160,6 +172,7 @@ class CosineLR(Section):
 
     kind: Literal["cosine"] = "cosine"
     final: NonNegativeFloat = 0.0
+    """Last round's learning rate as a fraction of lr."""
 
 
 class InverseTimeLR(Section):
@@ -167,6 +180,7 @@ class InverseTimeLR(Section):
 
     kind: Literal["inverse_time"] = "inverse_time"
     a: PositiveFloat = 10.0
+    """Offset a of lr * a / (a + t)."""
 
 
 LRSchedule = Annotated[ConstantLR | StepLR | CosineLR | InverseTimeLR, Field(discriminator="kind")]
@@ -176,24 +190,36 @@ class ServerStep(Section):
     """How the server applies the averaged delta: x <- x + lr * m, m <- momentum * m + delta."""
 
     lr: PositiveFloat = 1.0
+    """Server learning rate on the averaged delta (1.0: plain FedAvg)."""
     momentum: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    """Server momentum (FedAvgM); 0 disables it."""
 
 
 class TrainConfig(Section):
     """Rounds and local training."""
 
     rounds: PositiveInt = 50
+    """Communication rounds."""
     local_steps: PositiveInt | None = 10
+    """Local SGD steps per round (or set local_epochs)."""
     local_epochs: PositiveInt | None = None
+    """Local passes over the client's data per round, instead of local_steps."""
     batch_size: PositiveInt = 32
+    """Local mini-batch size (capped at the client's example count)."""
     lr: PositiveFloat = 0.05
+    """Local learning rate (before the schedule)."""
     optimizer: Optimizer = SGD()
     schedule: LRSchedule = ConstantLR()
     participation: Density = 1.0
     """Fraction of clients sampled each round (seeded)."""
     server: ServerStep = ServerStep()
     eval_every: PositiveInt = 1
+    """Evaluate the global model every this many rounds (and after the last)."""
     device: Device = "auto"
+    """Where training runs; auto picks CUDA when present."""
+    threads: PositiveInt | None = None
+    """CPU threads of a simulated run; None chooses: one for small models (cheaper, as fast),
+    all the process may use for large ones (`thinwire.learning.threads`)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -2,39 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from thinwire.config._base import ConfigError
 from thinwire.config._experiment import Experiment
-
-
-def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """Returns `raw` with dotted `key=value` overrides applied (values parsed as YAML).
-
-    Raises:
-        ValueError: for an override that is not `dotted.key=value` or walks into a scalar.
-    """
-    result: dict[str, Any] = yaml.safe_load(yaml.safe_dump(raw)) or {}
-    for item in overrides:
-        key, sep, text = item.partition("=")
-        if not sep or not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", key.strip()):
-            raise ValueError(f"override {item!r} is not of the form dotted.key=value")
-        parts = key.strip().split(".")
-        node = result
-        for i, part in enumerate(parts[:-1]):
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                where = ".".join(parts[: i + 1])
-                raise ValueError(f"override {item!r}: {where} is a value, not a section")
-            node = child
-        node[parts[-1]] = yaml.safe_load(text) if text.strip() else None
-    return result
+from thinwire.config._overrides import override
+from thinwire.config._yaml import read_yaml
 
 
 def _dotted(loc: tuple[int | str, ...], raw: Any) -> str:
@@ -42,7 +19,11 @@ def _dotted(loc: tuple[int | str, ...], raw: Any) -> str:
     # validator names for function-validated types; keep only keys present in the input.
     parts: list[str] = []
     node = raw
+    tagged: Any = None  # the mapping whose union tag was just skipped
     for item in loc:
+        if isinstance(node, Mapping) and node.get("kind") == item and tagged is not node:
+            tagged = node  # the tag comes first, even where a field shares its name
+            continue
         if isinstance(node, Mapping) and item in node:
             node = node[item]
             parts.append(str(item))
@@ -50,8 +31,7 @@ def _dotted(loc: tuple[int | str, ...], raw: Any) -> str:
             node = node[item]
             parts.append(f"[{item}]")
         elif isinstance(item, str) and (
-            (isinstance(node, Mapping) and node.get("kind") == item)
-            or item.startswith(("function-", "list[", "tagged-union[", "literal["))
+            item.startswith(("function-", "list[", "tagged-union[", "literal["))
             or item in ("int", "float", "str", "bool", "list")
         ):
             continue
@@ -97,30 +77,33 @@ def parse_config(raw: Any, source: str = "<config>") -> Experiment:
         raise ConfigError(source, problems) from None
 
 
-def load_config(path: str | Path, overrides: Sequence[str] = ()) -> Experiment:
+def load_config(
+    path: str | Path,
+    overrides: Sequence[str] = (),
+    *,
+    unset: Sequence[str] = (),
+    notes: list[str] | None = None,
+) -> Experiment:
     """Reads an experiment YAML file, applies `key=value` overrides and validates it.
 
     Args:
         path: the YAML file.
-        overrides: dotted overrides such as `codec.select.density=0.001`.
+        overrides: dotted overrides such as `codec.select.density=0.001`
+            (`thinwire.config._overrides` says what each form does).
+        unset: dotted keys to remove, so their defaults apply.
+        notes: receives what the overrides dropped (a switched kind's old fields).
 
     Raises:
-        ConfigError: naming the file and each bad field.
+        ConfigError: naming the file and each bad field (see `read_yaml` for what the
+            reading itself refuses).
     """
     source = str(path)
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(source, [f"cannot read the file: {exc.strerror or exc}"]) from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(source, [f"{where}not valid YAML ({problem})"]) from None
-    try:
-        raw = apply_overrides(raw if isinstance(raw, dict) else {}, overrides) if overrides else raw
-    except ValueError as exc:
-        raise ConfigError(source, [str(exc)]) from None
+    raw = read_yaml(path)
+    if overrides or unset:
+        try:
+            raw, dropped = override(raw if isinstance(raw, dict) else {}, overrides, unset)
+        except ValueError as exc:
+            raise ConfigError(source, [str(exc)]) from None
+        if notes is not None:
+            notes.extend(dropped)
     return parse_config(raw, source)

@@ -15,8 +15,11 @@ class ChannelConfig(Section):
     """The simulated network: per-client link speeds (one value for all, or one per client)."""
 
     uplink_mbps: PositiveFloat | list[PositiveFloat] = 20.0
+    """Client-to-server (or peer push) link speed in Mbit/s: one value, or one per client."""
     downlink_mbps: PositiveFloat | list[PositiveFloat] = 100.0
+    """Server-to-client link speed in Mbit/s: one value, or one per client."""
     latency_ms: NonNegativeFloat | list[NonNegativeFloat] = 10.0
+    """One-way latency per message in ms: one value, or one per client."""
     slots: PositiveInt | None = None
     """Random-access uplink: slots per round (slotted ALOHA); None: every sender gets a link."""
     slot_ms: PositiveFloat = 10.0
@@ -27,6 +30,8 @@ class SimulationRuntime(Section):
     """Every role in one process."""
 
     kind: Literal["simulation"] = "simulation"
+    checkpoint_every: Annotated[int, Field(ge=0)] = 0
+    """Save the whole run's state every this many rounds, for `thinwire run --resume`; 0 never."""
 
 
 _ADDRESS = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})")
@@ -60,8 +65,11 @@ class TLSFiles(Section):
     """PEM files of one node: the run's CA, this node's certificate and its private key."""
 
     ca: Path
+    """PEM file of the run's certificate authority."""
     cert: Path
+    """PEM file of this node's certificate."""
     key: Path
+    """PEM file of this node's private key."""
     mutual: bool = True
     """Require a client certificate from every pusher and bind it to the claimed node id."""
 
@@ -78,14 +86,25 @@ class GossipRuntime(Section):
     run_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)]
     """Names the run; nodes accept pushes only from their own run."""
     peers: list[Annotated[str, AfterValidator(_peer_address)]] | None = None
+    """host:port of every node, in node order."""
     pattern: Annotated[str, AfterValidator(_peer_pattern)] | None = None
+    """host:port with {i} for the node id, e.g. peer-{i}:50051."""
     listen: Annotated[str, AfterValidator(_listen_address)] = "[::]:{port}"
     """Where a node serves; {port} is the port of its own peer address, {i} its id."""
     deadline_s: PositiveFloat = 30.0
     """How long a node waits for its neighbours each round; also each push's deadline."""
     chunk_bytes: Annotated[int, Field(ge=1024, le=64 * 2**20)] = 2**20
-    max_message_bytes: Annotated[int, Field(ge=1024, le=2**40)] = 2**30
-    """Largest encoded update a node accepts, in bytes."""
+    """Stream chunk size of a push, in bytes."""
+    max_message_bytes: Annotated[int, Field(ge=1024, le=2**40)] | None = None
+    """Largest encoded update a node accepts, in bytes; None derives it from the model (twice
+    the most any honest encoding of its tensors can take)."""
+    frame_timeout_s: PositiveFloat | None = None
+    """Longest a push may leave a node waiting for its next frame; None: deadline_s / 2. A
+    whole push may take at most deadline_s."""
+    max_streams: Annotated[int, Field(ge=4, le=4096)] = 64
+    """Push streams a node serves at once (its worker threads); more are refused at once."""
+    max_streams_per_host: Annotated[int, Field(ge=1, le=4096)] = 32
+    """Push streams a node serves at once from one remote address."""
     window: Annotated[int, Field(ge=1, le=1000)] = 2
     """Rounds a node buffers: pushes for [current, current + window) are kept."""
     retries: Annotated[int, Field(ge=0, le=4)] = 3
@@ -96,6 +115,7 @@ class GossipRuntime(Section):
     """Interval of HTTP/2 keepalive pings on an open connection."""
     tls: TLSFiles | None = None
     insecure: bool = False
+    """Plain gRPC without TLS (loopback or a private network only)."""
 
     @model_validator(mode="after")
     def _exactly_one(self) -> GossipRuntime:
@@ -105,7 +125,7 @@ class GossipRuntime(Section):
             raise ValueError(f"runtime.peers lists {len(self.peers)} address; gossip needs 2+")
         if (self.tls is None) == (not self.insecure):
             raise ValueError("set exactly one of runtime.tls and runtime.insecure: true")
-        if self.chunk_bytes > self.max_message_bytes:
+        if self.max_message_bytes is not None and self.chunk_bytes > self.max_message_bytes:
             raise ValueError("runtime.chunk_bytes must not exceed runtime.max_message_bytes")
         return self
 
@@ -130,6 +150,10 @@ class FlowerRuntime(Section):
     """Replies (with or without an update) a round needs by its deadline."""
     round_timeout_s: PositiveFloat = 600.0
     """How long a round waits for its participants; a missing reply is a dropout."""
+    first_round_timeout_s: PositiveFloat | None = None
+    """The deadline of the first round a server runs (a fresh start or a resume), in which
+    every ClientApp process starts cold (imports, data, the first optimizer step); None
+    gives it twice `round_timeout_s`."""
     connect_timeout_s: PositiveFloat = 300.0
     """How long the server waits for every partition's SuperNode before the first round."""
     poll_interval_s: Annotated[float, Field(gt=0.0, le=10.0)] = 0.1

@@ -7,7 +7,14 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from thinwire.config._base import Density, NonNegativeFloat, PositiveInt, Probability, Section
+from thinwire.config._base import (
+    Density,
+    NonNegativeFloat,
+    PositiveInt,
+    Probability,
+    Section,
+    WaveletName,
+)
 
 
 class MetropolisHastingsWeights(Section):
@@ -247,7 +254,7 @@ class JwinsGossip(Section):
     """JWINS: share the wavelet coefficients that changed most, with a random cut-off."""
 
     kind: Literal["jwins"] = "jwins"
-    wavelet: str = "sym2"
+    wavelet: WaveletName = "sym2"
     level: Annotated[int, Field(ge=1, le=12)] = 4
     alphas: Annotated[list[Density], Field(min_length=1)] = list(JWINS_ALPHAS)
     """Fractions of coefficients a node may share; one is drawn uniformly per node and round."""

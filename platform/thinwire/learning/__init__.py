@@ -10,6 +10,8 @@
 - `model_state` / `flatten` / `state_delta`: the named tensors that travel, and their flat form.
 - `Workspace` / `load_federation`: one model on a device shared by a process's roles, and
   a run's data, partitions and initial model set up from its config.
+- `save_model` / `load_saved_model`: a run's final model in its run folder, and back.
+- `simulation_threads` / `torch_threads`: the CPU threads a simulated run uses.
 - `learning_rate`: the per-round schedule. `resolve_device`: the config's device string.
 
 Example:
@@ -38,7 +40,9 @@ from thinwire.learning.model_state import (
 from thinwire.learning.models import build_model
 from thinwire.learning.partition import client_indices, partition
 from thinwire.learning.private import train_private
+from thinwire.learning.saved import load_saved_model, save_model
 from thinwire.learning.schedule import learning_rate
+from thinwire.learning.threads import simulation_threads, torch_threads
 from thinwire.learning.train import (
     Evaluation,
     TrainStats,
@@ -70,13 +74,17 @@ __all__ = [
     "load_dataset",
     "load_federation",
     "load_model_state",
+    "load_saved_model",
     "local_steps_for",
     "make_optimizer",
     "model_state",
     "partition",
     "resolve_device",
+    "save_model",
+    "simulation_threads",
     "state_delta",
     "tensor_specs",
+    "torch_threads",
     "train_local",
     "train_private",
     "train_steps",

@@ -24,12 +24,12 @@ import numpy as np
 import torch
 
 from thinwire.config import DataConfig, SyntheticData
-from thinwire.learning._cifar import load_cifar10
+from thinwire.learning._cifar import BINARY_FILES, PYTHON_FILES, load_cifar10
 from thinwire.learning._files import DatasetError
-from thinwire.learning._idx import load_idx_dataset
+from thinwire.learning._idx import IDX_FILES, load_idx_dataset
 from thinwire.learning._synthetic import generate_synthetic
 
-__all__ = ["DATASETS", "ClientSplit", "Dataset", "DatasetError", "load_dataset"]
+__all__ = ["DATASETS", "DATA_LAYOUTS", "ClientSplit", "Dataset", "DatasetError", "load_dataset"]
 
 logger = logging.getLogger(__name__)
 
@@ -197,3 +197,27 @@ _LOADERS: Mapping[str, Callable[[DataConfig, int], Dataset]] = {
 
 DATASETS = tuple(_LOADERS)
 """Every name `data.dataset` accepts."""
+
+_IDX_LAYOUT = (
+    "`data.root` or `data.root/{sub}` holds the four IDX files, each plain or gzipped "
+    "(`.gz`): " + ", ".join(f"`{name}`" for name in IDX_FILES) + ". Images are unsigned "
+    "bytes, N x 28 x 28; labels are N bytes below 10. Official split (60k / 10k)."
+)
+
+DATA_LAYOUTS: Mapping[str, str] = {
+    "digits": "Nothing to provide: scikit-learn's 1,797 8x8 handwritten digits, read from "
+    "the file scikit-learn installs. Split by `data.test_fraction`, stratified and seeded.",
+    "synthetic": "Nothing to provide: FedProx's Synthetic(alpha, beta), generated per "
+    "client from the seed (`data.synthetic`).",
+    "mnist": _IDX_LAYOUT.format(sub="MNIST/raw"),
+    "fashion_mnist": _IDX_LAYOUT.format(sub="FashionMNIST/raw"),
+    "cifar10": "`data.root` or `data.root/cifar-10-batches-py` holds the python version: "
+    + ", ".join(f"`{name}`" for name in PYTHON_FILES)
+    + " (pickled dicts of `data`, uint8 N x 3072, and `labels`; read without running "
+    "pickled code); or `data.root` or `data.root/cifar-10-batches-bin` holds the binary "
+    "version: "
+    + ", ".join(f"`{name}`" for name in BINARY_FILES)
+    + " (one label byte, then 3,072 pixel bytes per image). Each file plain or gzipped. "
+    "Official split (50k / 10k).",
+}
+"""What `data.root` must hold for each data set, as the loaders read it."""

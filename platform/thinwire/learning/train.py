@@ -25,16 +25,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple, assert_never
+from typing import Any, NamedTuple, Protocol, assert_never
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from thinwire.config import SGD, Adam, Optimizer, TrainConfig
+from thinwire.learning._sgd import PlainSGD
 
 __all__ = [
     "Evaluation",
+    "Steps",
     "TrainStats",
     "batch_indices",
     "evaluate",
@@ -99,7 +101,8 @@ def local_steps_for(train: TrainConfig, n_examples: int) -> int:
         raise ValueError(f"a client needs at least one example, got {n_examples}")
     if train.local_steps is not None:
         return train.local_steps
-    assert train.local_epochs is not None  # the config sets exactly one of the two
+    if train.local_epochs is None:  # the config sets exactly one of the two
+        raise ValueError("train needs local_steps or local_epochs")
     return train.local_epochs * math.ceil(n_examples / train.batch_size)
 
 
@@ -133,9 +136,19 @@ def batch_indices(
                 return
 
 
+class Steps(Protocol):
+    """What `train_steps` needs of an optimizer (`torch.optim.Optimizer` or `PlainSGD`)."""
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forgets the gradients of the last step."""
+
+    def step(self) -> Any:
+        """Updates the parameters from their gradients."""
+
+
 def train_steps(
     model: nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: torch.optim.Optimizer | Steps,
     x: torch.Tensor,
     y: torch.Tensor,
     batches: Iterable[torch.Tensor],
@@ -213,7 +226,19 @@ def train_local(
         ValueError: mismatched, empty or misplaced data, or non-positive sizes.
     """
     _check_data(model, x, y)
-    opt = make_optimizer(model.parameters(), optimizer, lr=lr)
+    # Plain SGD skips torch.optim (and the torch._dynamo import it costs a fresh process);
+    # the update is bit-identical to torch.optim.SGD's on the CPU.
+    opt: torch.optim.Optimizer | Steps = (
+        PlainSGD(
+            model.parameters(),
+            lr=lr,
+            momentum=optimizer.momentum,
+            nesterov=optimizer.nesterov,
+            weight_decay=optimizer.weight_decay,
+        )
+        if isinstance(optimizer, SGD)
+        else make_optimizer(model.parameters(), optimizer, lr=lr)
+    )
     batches = batch_indices(
         x.shape[0], steps=steps, batch_size=batch_size, generator=generator, device=x.device
     )

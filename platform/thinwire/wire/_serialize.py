@@ -143,7 +143,8 @@ def decode(
     if specs is not None and kind is not None:
         raise ValueError("pass either a spec per kind or an expected kind, not both")
     for one in specs.values() if specs is not None else [spec]:
-        assert not isinstance(one, Mapping)
+        if isinstance(one, Mapping):
+            raise ValueError("a spec per kind maps each kind to a sequence of TensorSpec")
         _check_spec(one)
     if len(data) > limits.max_bytes:
         raise WireError(f"message is {len(data)} bytes, more than the {limits.max_bytes} allowed")
@@ -157,7 +158,8 @@ def decode(
             accepted = ", ".join(k.name for k in specs)
             raise WireError(f"expected a {accepted} update, got {Kind(message.kind).name}")
         spec = specs[Kind(message.kind)]
-    assert not isinstance(spec, Mapping)
+    if isinstance(spec, Mapping):  # checked above; narrows the type
+        raise ValueError("a spec per kind maps each kind to a sequence of TensorSpec")
     metrics = _read_metrics(message, limits)
     if len(message.tensors) > limits.max_tensors:
         raise WireError(
