@@ -102,14 +102,14 @@ def codec_allreduce(
     shape = tuple(flat.shape)
     payload, state = codec.encode(flat, state)
     ranks = world_size(group)
-    if reducible(payload):
+    if isinstance(payload.values, RawValues) and reducible(payload):
         if check_seed and isinstance(payload.support, SeededSupport):
             check_shared_seed(payload.support, group, traffic, flat.device)
-        assert isinstance(payload.values, RawValues)
         values = payload.values.data.div(ranks).contiguous()
         traffic.payload += values.numel() * values.element_size()
         work = dist.all_reduce(values, group=group, async_op=True)
-        assert work is not None
+        if work is None:  # async_op=True always returns a handle
+            raise RuntimeError("all_reduce returned no handle for an asynchronous call")
         support = payload.support
 
         def finish(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:

@@ -193,7 +193,8 @@ def _hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[tor
             mean, new = oktopk_allreduce(flat, entry.state, method, state.group, state.traffic)
             future = _done(mean.to(flat.dtype))
         else:
-            assert entry.codec is not None
+            if entry.codec is None:  # a bucket state outside PowerSGD/Ok-Topk keeps a codec
+                raise RuntimeError("a gradient bucket has no codec to compress with")
             future, new = codec_allreduce(
                 entry.codec,
                 flat,
