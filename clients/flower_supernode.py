@@ -143,7 +143,8 @@ class Supervisor:
         return _RESTARTED if stale else code
 
     def _relay(self, child: subprocess.Popen[str]) -> None:
-        assert child.stdout is not None  # opened with stdout=PIPE
+        if child.stdout is None:  # opened with stdout=PIPE, so never
+            raise RuntimeError("the SuperNode's output is not piped")
         for line in child.stdout:
             self.out.write(line)
             self.out.flush()

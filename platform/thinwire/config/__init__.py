@@ -111,6 +111,7 @@ from thinwire.config._policy import (
 )
 from thinwire.config._runtime import (
     ChannelConfig,
+    DDPRuntime,
     FlowerRuntime,
     GossipRuntime,
     Runtime,
@@ -176,6 +177,7 @@ __all__ = [
     "ConstantTau",
     "ConstantThreshold",
     "CosineLR",
+    "DDPRuntime",
     "DGCFeedback",
     "DataConfig",
     "Density",

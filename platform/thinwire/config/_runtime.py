@@ -170,4 +170,25 @@ class FlowerRuntime(Section):
         return self
 
 
-Runtime = Annotated[SimulationRuntime | GossipRuntime | FlowerRuntime, Field(discriminator="kind")]
+class DDPRuntime(Section):
+    """The star's clients as ranks of a torch.distributed job (`thinwire ddp`).
+
+    Rank r is client r (`data.clients` ranks); every rank keeps the global model and
+    averages the ranks' updates after exchanging them by collectives. `thinwire ddp
+    exp.yaml --nproc N` starts the ranks on one machine; across machines, `torchrun` starts
+    them (README). A rank that dies or stops answering ends the run: the others fail their
+    next collective, at the latest after `timeout_s`.
+    """
+
+    kind: Literal["ddp"] = "ddp"
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """Collective backend; auto: NCCL when the run trains on CUDA, gloo otherwise."""
+    address: Annotated[str, Field(min_length=1, max_length=253)] = "127.0.0.1"
+    """Where `--nproc` ranks meet (rank 0 listens on a free port there)."""
+    timeout_s: PositiveFloat = 120.0
+    """Process-group timeout: how long a rank waits in a collective for a silent peer."""
+
+
+Runtime = Annotated[
+    SimulationRuntime | GossipRuntime | FlowerRuntime | DDPRuntime, Field(discriminator="kind")
+]

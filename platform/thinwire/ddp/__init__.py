@@ -1,0 +1,29 @@
+"""Data-parallel training on torch.distributed with thinwire's codecs.
+
+- `register(model, codec=...)`: a DDP communication hook that compresses each gradient
+  bucket with a thinwire codec, `PowerSGD` or `OkTopk`, and exchanges it with the collective
+  that suits it (allreduce, all-gather of serialized payloads, Ok-Topk's sparse allreduce).
+- `thinwire.ddp.runtime`: the `runtime: {kind: ddp}` experiment runtime behind
+  `thinwire ddp exp.yaml --nproc N` (imported on demand; it pulls in the star's roles).
+
+Example::
+
+    model = torch.nn.parallel.DistributedDataParallel(net)
+    thinwire.ddp.register(model, codec=thinwire.ddp.PowerSGD(rank=2))
+"""
+
+from thinwire.ddp.collectives import Traffic
+from thinwire.ddp.hook import HookState, HookStats, Method, register
+from thinwire.ddp.oktopk import OkTopk, OkTopkState
+from thinwire.ddp.powersgd import PowerSGD
+
+__all__ = [
+    "HookState",
+    "HookStats",
+    "Method",
+    "OkTopk",
+    "OkTopkState",
+    "PowerSGD",
+    "Traffic",
+    "register",
+]
