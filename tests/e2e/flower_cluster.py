@@ -22,9 +22,11 @@ from importlib import metadata
 from pathlib import Path
 
 from thinwire.server.flower_deploy import (
+    CLIENT_APP,
     flower_environment,
     superexec_command,
     superlink_command,
+    supernode_command,
 )
 
 EXAMPLE = "examples/flower.yaml"
@@ -254,3 +256,54 @@ def _kill_tree(pid: int, sig: signal.Signals) -> None:
     for member in tree:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(member, sig)
+
+
+def write_app_with_client(
+    cluster: Cluster,
+    app: Path,
+    overrides: list[str],
+    *,
+    module: str,
+    source: str,
+    extra: tuple[Path, ...] = (),
+) -> None:
+    """Writes the example's Flower app to `app`, its ClientApp replaced by `module:app`.
+
+    `source` is the module's text; `extra` files are copied beside it (its imports).
+    """
+    written = subprocess.run(
+        ["thinwire", "server", EXAMPLE, "--write-app", str(app)]
+        + [arg for override in overrides for arg in ("--set", override)],
+        cwd=ROOT,
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert written.returncode == 0, written.stderr
+    pyproject = app / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace(CLIENT_APP, f"{module}:app"))
+    (app / f"{module}.py").write_text(source)
+    for path in extra:
+        (app / path.name).write_bytes(path.read_bytes())
+
+
+def start_local_federation(cluster: Cluster, port: int, *, clients: int = 3) -> None:
+    """An insecure SuperLink on `port`, `clients` SuperNodes, and FLWR_HOME's `local` link."""
+    home = Path(cluster.env["FLWR_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
+        f'address = "127.0.0.1:{port}"\ninsecure = true\n'
+    )
+    cluster.start("superlink", superlink_command(port=port))
+    for i in range(clients):
+        command = supernode_command(
+            superlink=f"127.0.0.1:{port}",
+            partition=i,
+            partitions=clients,
+            port=free_port(),
+            insecure=True,
+        )
+        cluster.start(f"supernode-{i}", command)
+    cluster.wait_healthy(port)

@@ -9,17 +9,14 @@ receive path checked forms, the first made `finish_round` raise and ended the ru
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
 from thinwire.metrics import load_records
-from thinwire.server.flower_deploy import CLIENT_APP, superlink_command, supernode_command
 
-from .flower_cluster import EXAMPLE, ROOT, Cluster, free_port
+from .flower_cluster import ROOT, Cluster, free_port, start_local_federation, write_app_with_client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -64,38 +61,16 @@ def test_a_hostile_client_is_refused_every_round_and_the_run_finishes(tmp_path: 
     cluster = Cluster(tmp_path)
     port = free_port()
     overrides = [f"output={output}", "runtime.round_timeout_s=60"]
-    written = subprocess.run(
-        ["thinwire", "server", EXAMPLE, "--write-app", str(app)]
-        + [arg for override in overrides for arg in ("--set", override)],
-        cwd=ROOT,
-        env=cluster.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert written.returncode == 0, written.stderr
-    pyproject = app / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text().replace(CLIENT_APP, "hostile_client:app"))
-    (app / "hostile_client.py").write_text(HOSTILE_CLIENT)
-    shutil.copy(ROOT / "tests" / "hostile_updates.py", app / "hostile_updates.py")
-    home = Path(cluster.env["FLWR_HOME"])
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
-        f'address = "127.0.0.1:{port}"\ninsecure = true\n'
+    write_app_with_client(
+        cluster,
+        app,
+        overrides,
+        module="hostile_client",
+        source=HOSTILE_CLIENT,
+        extra=(ROOT / "tests" / "hostile_updates.py",),
     )
     try:
-        cluster.start("superlink", superlink_command(port=port))
-        for i in range(3):
-            command = supernode_command(
-                superlink=f"127.0.0.1:{port}",
-                partition=i,
-                partitions=3,
-                port=free_port(),
-                insecure=True,
-            )
-            cluster.start(f"supernode-{i}", command)
-        cluster.wait_healthy(port)
+        start_local_federation(cluster, port)
         flwr = cluster.start("flwr-run", ["flwr", "run", str(app), "local", "--stream"])
         flwr.wait(timeout=RUN_TIMEOUT_S)
     finally:

@@ -31,7 +31,6 @@ import torch
 from thinwire.config import Experiment, load_config
 from thinwire.learning import evaluate, load_federation
 from thinwire.metrics import load_records
-from thinwire.server.flower_deploy import CLIENT_APP, superlink_command, supernode_command
 from thinwire.simulate import SimulationResult, simulate
 
 from .flower_cluster import (
@@ -41,6 +40,8 @@ from .flower_cluster import (
     client_command,
     free_port,
     service_commands,
+    start_local_federation,
+    write_app_with_client,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
@@ -201,37 +202,11 @@ def faulty_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     cluster = Cluster(root)
     port = free_port()
     overrides = [f"output={output}", "runtime.round_timeout_s=30", "runtime.checkpoint_every=0"]
-    written = subprocess.run(
-        ["thinwire", "server", EXAMPLE, "--write-app", str(app)]
-        + [arg for override in overrides for arg in ("--set", override)],
-        cwd=ROOT,
-        env=cluster.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert written.returncode == 0, written.stderr
-    pyproject = app / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text().replace(CLIENT_APP, "corrupting_client:app"))
-    (app / "corrupting_client.py").write_text(CORRUPTING_CLIENT)
-    home = Path(cluster.env["FLWR_HOME"])
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "local"\n\n[superlink.local]\n'
-        f'address = "127.0.0.1:{port}"\ninsecure = true\n'
+    write_app_with_client(
+        cluster, app, overrides, module="corrupting_client", source=CORRUPTING_CLIENT
     )
     try:
-        cluster.start("superlink", superlink_command(port=port))
-        for i in range(3):
-            command = supernode_command(
-                superlink=f"127.0.0.1:{port}",
-                partition=i,
-                partitions=3,
-                port=free_port(),
-                insecure=True,
-            )
-            cluster.start(f"supernode-{i}", command)
-        cluster.wait_healthy(port)
+        start_local_federation(cluster, port)
         flwr = cluster.start("flwr-run", ["flwr", "run", str(app), "local", "--stream"])
         _wait_for_records(output, 1, flwr)
         cluster.kill("supernode-2")  # round 2 has just been sent out
