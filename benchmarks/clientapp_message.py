@@ -1,17 +1,31 @@
 """Where one ClientApp train message spends its time, phase by phase, in a fresh process.
 
 Flower starts a fresh `flwr-clientapp` process for every message, so every phase below is
-paid per client per round: importing thinwire's ClientApp (torch, Flower, thinwire),
-building the federation (data partition and model), reading the client's state from the
+paid per client per round: importing thinwire's ClientApp module (torch, Flower, thinwire),
+building the client (its data partition and the model), reading the client's state from the
 node's state folder, applying the downlink, training, encoding the update, and saving the
-state again. For comparison the script also times what keeping the same state in Flower's
-`context.state` cost before (flattening it into a `RecordDict` and Flower's serialization
-of it, which the ClientApp ran in its exit handler under a 5-second force-exit timer).
+state again. Two ways of building the client are timed, in alternating fresh processes so
+that both see the same load:
+
+- `rebuilt`: what every message did before the node-local partition cache: load the data
+  set, partition it over every client and build the seeded model (`load_federation`), paying
+  for the modules that path imported then: `scipy.special` with the ClientApp module, and
+  sympy (`torch.fx.experimental.symbolic_shapes`), which `Module.to_empty` imported the
+  first time it materialized a meta-device model;
+- `cached`: what the ClientApp does now: its partition from the node's cache
+  (`thinwire.clients.flower_partition`), then a blank model (no initial weights drawn: the
+  downlink overwrites them).
+
+A separate process first trains round 1 and writes the client's state, the cache and the
+round-2 downlink, so none of that warms the measured processes. For comparison the script
+also times what keeping the same state in Flower's `context.state` cost before (flattening it
+into a `RecordDict` and Flower's serialization of it, which the ClientApp ran in its exit
+handler under a 5-second force-exit timer).
 
 The model is the digits MLP with one hidden layer of `--hidden` units (140,000: 10.5M
 parameters), top-1% with error feedback both ways, as in tests/e2e/test_flower_scale.py.
 
-    python benchmarks/clientapp_message.py [--hidden 140000] [--steps 5]
+    python benchmarks/clientapp_message.py [--hidden 140000] [--steps 5] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -19,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,42 +42,67 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-CHILD = r"""
-import json, sys, time
-marks = [("start", time.perf_counter())]
-def mark(name): marks.append((name, time.perf_counter()))
-import torch
-mark("import torch")
+SETUP = r"""
+import json, sys
+from pathlib import Path
 from thinwire.clients import Client
-from thinwire.clients.flower_app import app  # noqa: F401  (what the ClientApp imports)
+from thinwire.clients.flower_partition import load_partition
 from thinwire.clients.flower_state import StateStore, experiment_digest
 from thinwire.config import parse_config
 from thinwire.learning import load_federation
 from thinwire.server import Aggregator
-mark("import thinwire + Flower")
-raw, folder, steps = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+raw, folder = json.loads(sys.argv[1]), Path(sys.argv[2])
 exp = parse_config(raw)
 federation = load_federation(exp)
 x, y = federation.client_data(0)
 client = Client(index=0, experiment=exp, x=x, y=y, workspace=federation.workspace)
-mark("build federation + client")
 server = Aggregator(experiment=exp, workspace=federation.workspace,
                     initial=federation.workspace.tensors())
-first = server.broadcast(1, [0])[0]
-store = StateStore(__import__("pathlib").Path(folder), experiment=experiment_digest(exp),
-                   partition=0, keep=2)
-result = client.train_round(first, 1, delivered=None)
-store.save(client.state, 1)
+result = client.train_round(server.broadcast(1, [0])[0], 1, delivered=None)
+StateStore(folder, experiment=experiment_digest(exp), partition=0, keep=2).save(client.state, 1)
 server.receive(0, result.data); server.finish_round()
-second = server.broadcast(2, [0])[0]
-fresh = Client(index=0, experiment=exp, x=x, y=y, workspace=federation.workspace)
-mark("(setup: round 1, not counted)")
-fresh.state, _ = store.load(1, fresh.state, federation.workspace.tensors())
+(folder / "downlink-2.bin").write_bytes(server.broadcast(2, [0])[0])
+load_partition(folder, exp, 0)
+"""
+
+CHILD = r"""
+import json, sys, time
+marks = [("start", time.perf_counter())]
+def mark(name): marks.append((name, time.perf_counter()))
+raw, folder, mode = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+import torch
+mark("import torch")
+if mode == "rebuilt":
+    import scipy.special  # noqa: F401  (the ClientApp module imported it before)
+from thinwire.clients.flower_app import app  # noqa: F401  (what Flower imports)
+mark("import the ClientApp module (thinwire + Flower)")
+from pathlib import Path
+from thinwire.clients import Client
+from thinwire.clients.flower_partition import load_partition
+from thinwire.clients.flower_state import StateStore, experiment_digest
+from thinwire.config import parse_config
+from thinwire.learning import Workspace, build_model, load_federation, resolve_device
+exp = parse_config(raw)
+if mode == "rebuilt":
+    import torch.fx.experimental.symbolic_shapes  # noqa: F401  (sympy, via Module.to_empty)
+    federation = load_federation(exp)
+    x, y = federation.client_data(0)
+    workspace = federation.workspace
+else:
+    data = load_partition(Path(folder), exp, 0)
+    device = resolve_device(exp.train.device)
+    model = build_model(exp.model, data.input_shape, data.num_classes, seed=None,
+                        device=device)
+    x, y, workspace = data.x.to(device), data.y.to(device), Workspace(model, device)
+client = Client(index=0, experiment=exp, x=x, y=y, workspace=workspace)
+mark("build the client (data + model)")
+store = StateStore(Path(folder), experiment=experiment_digest(exp), partition=0, keep=2)
+client.state, _ = store.load(1, client.state, workspace.tensors())
 mark("load state (mmap + SHA-256)")
-start = time.perf_counter()
-result = fresh.train_round(second, 2, delivered=True)
+downlink = (Path(folder) / "downlink-2.bin").read_bytes()
+result = client.train_round(downlink, 2, delivered=True)
 mark("train + encode (round 2)")
-store.save(fresh.state, 2)
+store.save(client.state, 2)
 mark("save state (atomic, fsync)")
 from flwr.app import Array, ArrayRecord, RecordDict
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
@@ -70,12 +110,29 @@ from thinwire.statetree import flatten
 records = RecordDict({"tensors": ArrayRecord({
     k: Array(dtype="float32" if v.dtype == torch.float32 else "uint8", shape=tuple(v.shape),
              stype="thinwire/tensor", data=v.contiguous().view(torch.uint8).numpy().tobytes())
-    for k, v in flatten(fresh.state).items() if isinstance(v, torch.Tensor)})})
+    for k, v in flatten(client.state).items() if isinstance(v, torch.Tensor)})})
 contents = {i: o.deflate() for i, o in get_all_nested_objects(records).items()}
-mark("before: state into context.state (flatten + deflate)")
+mark("before the state folder: state into context.state")
 size = sum(len(c) for c in contents.values())
-print(json.dumps({"marks": marks, "state_bytes": size, "update_bytes": len(result.data)}))
+heavy = [m for m in ("sympy", "scipy.special", "torch._dynamo") if m in sys.modules]
+print(json.dumps({"marks": marks, "state_bytes": size, "update_bytes": len(result.data),
+                  "heavy": heavy}))
 """
+
+MODES = ("rebuilt", "cached")
+
+
+def _run(script: str, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    if done.returncode != 0:
+        sys.exit(f"a measured process failed:\n{done.stderr[-3000:]}")
+    return done.stdout
 
 
 def main() -> None:
@@ -84,6 +141,7 @@ def main() -> None:
     )
     parser.add_argument("--hidden", type=int, default=140_000)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     topk = {"scope": "model", "select": {"kind": "topk", "density": 0.01}, "error_feedback": True}
     raw = {
@@ -98,31 +156,40 @@ def main() -> None:
         "codec": topk,
         "downlink": topk,
     }
+    load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else []
+    phases: dict[str, dict[str, list[float]]] = {mode: {} for mode in MODES}
+    report: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as folder:
-        done = subprocess.run(
-            [sys.executable, "-c", CHILD, json.dumps(raw), folder, str(args.steps)],
-            capture_output=True,
-            text=True,
-            check=False,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-        )
-    if done.returncode != 0:
-        sys.exit(f"the measured process failed:\n{done.stderr[-3000:]}")
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    marks = report["marks"]
-    table = Table(title=f"one ClientApp train message, MLP [{args.hidden}] on digits")
+        _run(SETUP, json.dumps(raw), folder)
+        for _ in range(args.repeats):
+            for mode in MODES:  # alternating, so both see the same load
+                report = json.loads(_run(CHILD, json.dumps(raw), folder, mode).splitlines()[-1])
+                marks = report["marks"]
+                for (_, before), (name, after) in zip(marks, marks[1:], strict=False):
+                    phases[mode].setdefault(name, []).append(after - before)
+    table = Table(
+        title=f"one ClientApp train message, MLP [{args.hidden}] on digits "
+        f"(median of {args.repeats} fresh processes each)"
+    )
     table.add_column("phase")
-    table.add_column("seconds", justify="right")
-    for (_, before), (name, after) in zip(marks, marks[1:], strict=False):
-        table.add_row(name, f"{after - before:.2f}")
+    for mode in MODES:
+        table.add_column(f"{mode} (s)", justify="right")
+    for name in phases["cached"]:
+        table.add_row(name, *(f"{statistics.median(phases[m][name]):.2f}" for m in MODES))
+    message = [
+        sum(statistics.median(v) for k, v in phases[m].items() if not k.startswith("before"))
+        for m in MODES
+    ]
+    table.add_row("message total", *(f"{t:.2f}" for t in message))
     console = Console()
     console.print(table)
+    console.print(f"heavy modules the last measured process imported: {report['heavy'] or 'none'}")
     console.print(
         f"state kept per client: {report['state_bytes'] / 1e6:.1f} MB; "
         f"update sent: {report['update_bytes'] / 1e6:.2f} MB"
     )
-    load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else []
-    console.print(f"load average at the end: {' '.join(load)}")
+    end = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else []
+    console.print(f"load average at the start: {' '.join(load)}; at the end: {' '.join(end)}")
 
 
 if __name__ == "__main__":

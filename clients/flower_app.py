@@ -3,8 +3,9 @@
 Flower runs `app` in a fresh `flwr-clientapp` process for every message, so each handler
 rebuilds the client from scratch: the experiment from the run config (the YAML that travels
 with the run), the client index from the node config (`partition-id`, below `data.clients`,
-which `num-partitions` must equal when it is given), its data from
-`load_federation(...).client_data(index)`, and its `ClientState` from the node's state folder
+which `num-partitions` must equal when it is given), its data from the node's cache of its
+partition (`thinwire.clients.flower_partition`; the data set is loaded and split only when the
+cache is missing or damaged), and its `ClientState` from the node's state folder
 (`thinwire.clients.flower_state`: node config `state-dir`, keyed by experiment and partition),
 at the round the server's train message names; `context.state` keeps only a small record of
 the last save (run, round, digest). Training is `thinwire.clients.Client.train_round`, the
@@ -33,11 +34,12 @@ from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 
 from thinwire.clients.client import Client, ClientState
+from thinwire.clients.flower_partition import load_partition
 from thinwire.clients.flower_state import StateStore, experiment_digest
 from thinwire.codecs.model import ModelCodec
 from thinwire.config import ConfigError, FlowerRuntime
+from thinwire.learning import Workspace, build_model, resolve_device
 from thinwire.learning import evaluate as evaluate_model
-from thinwire.learning import load_federation
 from thinwire.server.flower_messages import (
     ClientEvaluation,
     StateLost,
@@ -135,14 +137,19 @@ def _client(context: Context) -> Client:
                 f"experiment has {clients} clients (data.clients)"
             ],
         )
-    federation = load_federation(experiment)
-    x, y = federation.client_data(identity.partition)
+    data = load_partition(node_state_dir(context.node_config), experiment, identity.partition)
+    device = resolve_device(experiment.train.device)
+    # Blank: every round's weights come from the downlink (the full model, or the client's
+    # copy plus a delta), so drawing initial ones would be wasted work.
+    model = build_model(
+        experiment.model, data.input_shape, data.num_classes, seed=None, device=device
+    )
     return Client(
         index=identity.partition,
         experiment=experiment,
-        x=x,
-        y=y,
-        workspace=federation.workspace,
+        x=data.x.to(device),
+        y=data.y.to(device),
+        workspace=Workspace(model, device),
     )
 
 

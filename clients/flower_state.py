@@ -25,19 +25,17 @@ stay on disk, so a server resumed from an older checkpoint finds the round it as
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 import re
 import shutil
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from thinwire.clients._node_files import Damaged, read_manifest, read_tensors, write_folder
 from thinwire.clients.client import ClientState
 from thinwire.config import Experiment
 from thinwire.server.flower_messages import StateLost
@@ -47,10 +45,7 @@ __all__ = ["StateStore", "experiment_digest"]
 
 _FORMAT = "thinwire-client-state"
 _VERSION = 1
-_MANIFEST = "manifest.json"
-_TENSORS = "tensors.pt"
 _ROUND = re.compile(r"round-(\d{6,})")
-_CHUNK = 1 << 20
 
 
 def experiment_digest(experiment: Experiment) -> str:
@@ -102,34 +97,8 @@ class StateStore:
                 tensors[path] = leaf.detach().to("cpu").contiguous()
             else:
                 scalars[path] = leaf
-        self.folder.mkdir(parents=True, exist_ok=True)
-        partial = self.folder / f".round-{round:06d}.{uuid.uuid4().hex}.partial"
-        partial.mkdir()
-        try:
-            with (partial / _TENSORS).open("wb") as file:
-                torch.save(tensors, file)
-                file.flush()
-                os.fsync(file.fileno())
-            body = {
-                "format": _FORMAT,
-                "version": _VERSION,
-                "experiment": self.experiment,
-                "partition": self.partition,
-                "round": round,
-                "scalars": scalars,
-                "tensors": {
-                    "bytes": (partial / _TENSORS).stat().st_size,
-                    "sha256": _sha256(partial / _TENSORS),
-                },
-            }
-            digest = _digest(body)
-            with (partial / _MANIFEST).open("w") as file:
-                json.dump({**body, "digest": digest}, file)
-                file.flush()
-                os.fsync(file.fileno())
-            self._replace(partial, self._path(round))
-        finally:
-            shutil.rmtree(partial, ignore_errors=True)
+        body = {**self._identity(round), "scalars": scalars}
+        digest = write_folder(self._path(round), tensors, body)
         self._prune(round)
         return digest
 
@@ -153,25 +122,14 @@ class StateStore:
         if not folder.is_dir():
             kept = self.rounds()
             raise StateLost(f"no {where} (the folder holds rounds {kept or 'none'})")
-        manifest = _read_manifest(folder / _MANIFEST, where)
-        body = {k: v for k, v in manifest.items() if k != "digest"}
-        expected = {
-            "format": _FORMAT,
-            "version": _VERSION,
-            "experiment": self.experiment,
-            "partition": self.partition,
-            "round": round,
-        }
-        wrong = {k: body.get(k) for k, v in expected.items() if body.get(k) != v}
-        if wrong:
-            raise StateLost(f"{where}: its manifest says {wrong}")
-        digest = manifest.get("digest")
-        if digest != _digest(body):
-            raise StateLost(f"{where}: the manifest does not match its digest")
-        scalars, files = body.get("scalars"), body.get("tensors")
-        if not isinstance(scalars, dict) or not isinstance(files, dict):
-            raise StateLost(f"{where}: the manifest lacks its scalars or tensors")
-        tensors = _read_tensors(folder / _TENSORS, files, where)
+        try:
+            body, digest = read_manifest(folder, self._identity(round))
+            scalars = body.get("scalars")
+            if not isinstance(scalars, dict):
+                raise StateLost(f"{where}: the manifest lacks its scalars")
+            tensors = read_tensors(folder, body)
+        except Damaged as exc:
+            raise StateLost(f"{where}: {exc}") from None
         flat: dict[str, Leaf] = {**scalars, **tensors}
         pending = tensors.get("pending")
         if pending is None or pending.dtype != torch.uint8 or pending.ndim != 1:
@@ -185,26 +143,20 @@ class StateStore:
             state: ClientState = unflatten(template, flat)
         except ValueError as exc:
             raise StateLost(f"{where} does not fit this client: {exc}") from None
-        return state, str(digest)
+        return state, digest
+
+    def _identity(self, round: int) -> dict[str, Any]:
+        """What a round's manifest must say it belongs to."""
+        return {
+            "format": _FORMAT,
+            "version": _VERSION,
+            "experiment": self.experiment,
+            "partition": self.partition,
+            "round": round,
+        }
 
     def _path(self, round: int) -> Path:
         return self.folder / f"round-{round:06d}"
-
-    def _replace(self, partial: Path, target: Path) -> None:
-        """Renames `partial` to `target`, moving an older `target` aside first."""
-        old = None
-        if target.exists():
-            old = target.with_name(f".{target.name}.{uuid.uuid4().hex}.old")
-            target.rename(old)
-        partial.rename(target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        with contextlib.suppress(OSError):  # not every file system syncs folders
-            descriptor = os.open(self.folder, os.O_RDONLY)
-            try:
-                os.fsync(descriptor)
-            finally:
-                os.close(descriptor)
 
     def _prune(self, round: int) -> None:
         earlier = [r for r in self.rounds() if r < round]
@@ -213,49 +165,3 @@ class StateStore:
         ]
         for old in doomed:
             shutil.rmtree(self._path(old), ignore_errors=True)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        while chunk := file.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _digest(body: Mapping[str, Any]) -> str:
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _read_manifest(path: Path, where: str) -> dict[str, Any]:
-    try:
-        manifest = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise StateLost(f"{where}: {path.name} is missing") from None
-    except (OSError, ValueError) as exc:
-        raise StateLost(f"{where}: {path.name} is unreadable ({exc})") from None
-    if not isinstance(manifest, dict):
-        raise StateLost(f"{where}: {path.name} is not a JSON object")
-    return manifest
-
-
-def _read_tensors(path: Path, files: Mapping[str, Any], where: str) -> dict[str, torch.Tensor]:
-    if not path.is_file():
-        raise StateLost(f"{where}: {path.name} is missing")
-    size = path.stat().st_size
-    if size != files.get("bytes"):
-        raise StateLost(
-            f"{where}: {path.name} has {size} bytes, the manifest says {files.get('bytes')}"
-        )
-    if _sha256(path) != files.get("sha256"):
-        raise StateLost(f"{where}: {path.name} does not match its SHA-256 (damaged)")
-    try:
-        tensors = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as exc:  # torch raises many types for a damaged file
-        raise StateLost(f"{where}: {path.name} is unreadable ({exc})") from None
-    if not isinstance(tensors, dict) or not all(
-        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in tensors.items()
-    ):
-        raise StateLost(f"{where}: {path.name} is not a mapping of tensors")
-    return tensors

@@ -143,8 +143,8 @@ class Supervisor:
         return _RESTARTED if stale else code
 
     def _relay(self, child: subprocess.Popen[str]) -> None:
-        if child.stdout is None:  # opened with stdout=PIPE, so never
-            raise RuntimeError("the SuperNode's output is not piped")
+        if child.stdout is None:  # a programming error: the child is opened with stdout=PIPE
+            raise RuntimeError("the SuperNode's output is not piped, so it cannot be relayed")
         for line in child.stdout:
             self.out.write(line)
             self.out.flush()

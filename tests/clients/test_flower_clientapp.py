@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -13,8 +16,9 @@ from flwr.app import Context, Message, RecordDict
 from flwr.common.constant import ErrorCode
 from flwr.supercore.task_identity import TaskIdentity
 
-from thinwire.clients import Client
+from thinwire.clients import Client, flower_partition
 from thinwire.clients.flower_app import app
+from thinwire.clients.flower_partition import partition_folder
 from thinwire.clients.flower_state import StateStore, experiment_digest
 from thinwire.config import Experiment, parse_config
 from thinwire.learning import evaluate, load_federation
@@ -234,3 +238,48 @@ def test_with_device_auto_it_trains_on_the_gpu_and_a_cpu_server_accepts_it(
         assert update is not None and server.receive(1, update).accepted
         delivered = server.finish_round().delivered[1]
     assert torch.cuda.max_memory_allocated() > 0  # it did train on the GPU
+
+
+def test_a_second_message_reads_the_partition_from_the_nodes_cache(
+    exp: Experiment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctx = context(exp, **{"state-dir": str(tmp_path)})
+    first = app(message(instruction(first_downlink(exp), 1), TRAIN), ctx)
+    assert not first.has_error()
+    assert partition_folder(tmp_path, exp, 1).is_dir()
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a ClientApp rebuilt the federation although its cache is intact")
+
+    monkeypatch.setattr(flower_partition, "load_dataset", refuse)
+    again = app(message(instruction(first_downlink(exp), 1), TRAIN), ctx)
+    assert read_train_reply(again.content).update == read_train_reply(first.content).update
+
+
+def test_importing_the_clientapp_leaves_out_what_a_message_does_not_need() -> None:
+    # Flower imports the app module in a fresh process for every message, which builds a model.
+    unneeded = [
+        "sympy",  # torch imports it when a meta-device model is materialized by `to_empty`
+        "scipy.special",  # SIDCo's gamma tail, imported when a gamma fit runs
+        "sklearn",
+        "matplotlib",
+        "networkx",
+        "opacus",  # DP-SGD, imported when a private run trains
+        "torch._dynamo",
+        "thinwire.cli",
+        "thinwire.plots",
+        "thinwire.simulate",
+        "thinwire.topologies",
+        "thinwire.server.flower_strategy",
+    ]
+    probe = (
+        "import sys, json, thinwire.clients.flower_app; "
+        "from thinwire.config import MLP; from thinwire.learning import build_model; "
+        "build_model(MLP(hidden=[64]), (64,), 10, seed=None); "
+        "build_model(MLP(), (64,), 10, seed=0); "
+        f"print(json.dumps([m for m in {unneeded!r} if m in sys.modules]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert json.loads(done.stdout) == []

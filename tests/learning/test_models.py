@@ -82,6 +82,24 @@ def test_initialization_is_a_function_of_the_seed_alone(config):
     assert any(not torch.equal(first[k], other[k]) for k in first)
 
 
+@pytest.mark.parametrize("config", ALL_KINDS, ids=lambda c: c.kind)
+def test_a_blank_model_loaded_with_a_seeded_ones_tensors_is_that_model(config):
+    # What a ClientApp does: build without drawing weights, then load the downlink's model.
+    seeded = build_model(config, (3, 32, 32), 10, seed=7)
+    before = torch.get_rng_state()
+    blank = build_model(config, (3, 32, 32), 10, seed=None)
+    assert torch.equal(torch.get_rng_state(), before)
+    assert all(not t.any() for n, t in blank.named_parameters() if ".bn" not in f".{n}")
+    assert {k: v.shape for k, v in blank.state_dict().items()} == {
+        k: v.shape for k, v in seeded.state_dict().items()
+    }
+    blank.load_state_dict(model_state(seeded), strict=False)  # the travelling tensors
+    for got, want in zip(blank.state_dict().values(), seeded.state_dict().values(), strict=True):
+        assert torch.equal(got, want)  # non-travelling buffers (batch counts) agree as well
+    x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(blank.train()(x), seeded.train()(x))
+
+
 def test_building_a_model_leaves_the_global_rng_alone():
     before = torch.get_rng_state()
     build_model(ResNet20(), (3, 32, 32), 10, seed=0)

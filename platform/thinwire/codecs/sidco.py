@@ -25,7 +25,6 @@ import math
 from typing import Literal, NamedTuple
 
 import torch
-from scipy.special import gammainccinv
 
 from thinwire.codecs.base import CodecInfo, Selector
 from thinwire.codecs.forms import kept_supports
@@ -72,6 +71,10 @@ def tail_threshold(family: Family, mean: float, var: float, delta: float) -> flo
         if abs(xi) < 1e-9:
             return scale * math.log(1.0 / delta)
         return scale * (delta**-xi - 1.0) / xi
+    # scipy.special costs 0.2 s to import: a ClientApp process that does not fit a gamma
+    # tail (every message starts a fresh one) should not pay it.
+    from scipy.special import gammainccinv
+
     return float(gammainccinv(ratio, delta)) * var / mean
 
 
