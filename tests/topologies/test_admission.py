@@ -259,6 +259,14 @@ def wait_open(node, count: int, timeout: float = 10) -> None:
         time.sleep(0.01)
 
 
+def wait_rejected(node, expected: dict[str, int], timeout: float = 10) -> None:
+    # The server counts a refusal after the caller has seen it end, so poll for the count.
+    deadline = time.monotonic() + timeout
+    while node.receiver.counters.rejected != expected:
+        assert time.monotonic() < deadline, f"{node.receiver.counters.rejected} != {expected}"
+        time.sleep(0.01)
+
+
 @pytest.fixture
 def guarded(start_node):
     limits = StreamLimits(
@@ -276,7 +284,7 @@ def test_idle_strangers_are_refused_at_once_and_a_neighbour_still_gets_through(s
     assert {code_of(call) for call in refused} == {Code.RESOURCE_EXHAUSTED}
     assert raw_push(node.port, good(), metadata=claim(1)).outcome == gossip_pb2.DELIVERED
     assert not any(call.done() for call in held)  # the strangers still hold their lane
-    assert node.receiver.counters.rejected == {"RESOURCE_EXHAUSTED": 20}
+    wait_rejected(node, {"RESOURCE_EXHAUSTED": 20})
 
 
 def test_an_unclaimed_stream_that_sends_nothing_is_cancelled_after_the_frame_limit(
@@ -286,7 +294,7 @@ def test_an_unclaimed_stream_that_sends_nothing_is_cancelled_after_the_frame_lim
     call = streams(guarded.port).open()
     assert code_of(call) is Code.CANCELLED  # what the pusher sees of a cancelled stream
     assert 1.0 <= time.monotonic() - start < 5.0  # the upper bound only guards a hang
-    assert guarded.receiver.counters.rejected == {"DEADLINE_EXCEEDED": 1}
+    wait_rejected(guarded, {"DEADLINE_EXCEEDED": 1})
 
 
 def test_a_claimed_stream_that_sends_nothing_is_cancelled_after_the_frame_limit(guarded, streams):
@@ -294,7 +302,7 @@ def test_a_claimed_stream_that_sends_nothing_is_cancelled_after_the_frame_limit(
     call = streams(guarded.port).open(metadata=claim(1))
     assert code_of(call) is Code.CANCELLED
     assert 1.0 <= time.monotonic() - start < 5.0  # the upper bound only guards a hang
-    assert guarded.receiver.counters.rejected == {"DEADLINE_EXCEEDED": 1}
+    wait_rejected(guarded, {"DEADLINE_EXCEEDED": 1})
     assert raw_push(guarded.port, good(), metadata=claim(1)).outcome == gossip_pb2.DELIVERED
 
 
@@ -304,7 +312,7 @@ def test_a_trickle_is_cut_at_the_stream_limit(guarded, streams):
     call = streams(guarded.port).open(first, metadata=claim(1), every_s=0.2)
     assert code_of(call) is Code.CANCELLED
     assert 3.0 <= time.monotonic() - start < 6.0
-    assert guarded.receiver.counters.rejected == {"DEADLINE_EXCEEDED": 1}
+    wait_rejected(guarded, {"DEADLINE_EXCEEDED": 1})
 
 
 def test_a_full_lane_refuses_its_sender_not_the_other_neighbours(guarded, streams):
@@ -355,7 +363,7 @@ def test_a_final_refusal_is_not_retried_by_the_pushers_channel(start_node):
         node=0, run_id=RUN, resolve=lambda j: node.address, settings=settings, insecure=True
     ) as client:
         assert client.push(0, bytes(101), {1})[1].code is Code.RESOURCE_EXHAUSTED
-    assert node.receiver.counters.rejected == {"RESOURCE_EXHAUSTED": 1}
+    wait_rejected(node, {"RESOURCE_EXHAUSTED": 1})
 
 
 def test_delivery_payload_is_read_only(start_node):
