@@ -307,3 +307,26 @@ def start_local_federation(cluster: Cluster, port: int, *, clients: int = 3) -> 
         )
         cluster.start(f"supernode-{i}", command)
     cluster.wait_healthy(port)
+
+
+def start_clients(cluster: Cluster, superlink: str, state_dir: Path, *, clients: int = 3) -> None:
+    """`clients` plain-HTTP `thinwire client` SuperNodes keeping state under `state_dir`."""
+    for i in range(clients):
+        command = client_command(superlink, i, clients, free_port(), None, state_dir)
+        cluster.start(f"supernode-{i}", command)
+
+
+def run_server(
+    cluster: Cluster, superlink: str, overrides: list[str], *, timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    """`thinwire server --start-superlink` of the example with `overrides`, to its end."""
+    server = ["thinwire", "server", EXAMPLE, "--superlink", superlink, "--insecure"]
+    sets = [arg for override in overrides for arg in ("--set", override)]
+    return subprocess.run(
+        [*server, "--start-superlink", *sets],
+        cwd=ROOT,
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )

@@ -11,7 +11,6 @@ simulator's.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import NamedTuple
 
@@ -23,7 +22,7 @@ from thinwire.learning import load_federation
 from thinwire.metrics import load_records
 from thinwire.simulate import simulate
 
-from .flower_cluster import EXAMPLE, ROOT, Cluster, client_command, free_port
+from .flower_cluster import EXAMPLE, ROOT, Cluster, free_port, run_server, start_clients
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -56,19 +55,8 @@ def scaled_run(tmp_path_factory: pytest.TempPathFactory) -> ScaledRun:
     cluster = Cluster(root)
     superlink = f"127.0.0.1:{free_port()}"
     try:
-        for i in range(3):
-            command = client_command(superlink, i, 3, free_port(), None, root / "state")
-            cluster.start(f"supernode-{i}", command)
-        server = ["thinwire", "server", EXAMPLE, "--superlink", superlink, "--insecure"]
-        sets = [arg for override in overrides for arg in ("--set", override)]
-        done = subprocess.run(
-            [*server, "--start-superlink", *sets],
-            cwd=ROOT,
-            env=cluster.env,
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-        )
+        start_clients(cluster, superlink, root / "state")
+        done = run_server(cluster, superlink, overrides, timeout_s=RUN_TIMEOUT_S)
     finally:
         cluster.stop()
     (run_dir,) = output.glob("flower-star-*")

@@ -12,7 +12,6 @@ fresh start, and the run finishes.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from thinwire.clients.flower_state import experiment_digest
 from thinwire.config import load_config
 from thinwire.metrics import load_records
 
-from .flower_cluster import EXAMPLE, ROOT, Cluster, client_command, free_port
+from .flower_cluster import EXAMPLE, ROOT, Cluster, free_port, run_server, start_clients
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -79,20 +78,9 @@ def mangled_run(tmp_path_factory: pytest.TempPathFactory) -> Mangled:
         target=_watch, args=(output, state / experiment_digest(experiment), done, mangled)
     )
     try:
-        for i in range(3):
-            command = client_command(superlink, i, 3, free_port(), None, state)
-            cluster.start(f"supernode-{i}", command)
+        start_clients(cluster, superlink, state)
         watcher.start()
-        server = ["thinwire", "server", EXAMPLE, "--superlink", superlink, "--insecure"]
-        sets = [arg for override in overrides for arg in ("--set", override)]
-        finished = subprocess.run(
-            [*server, "--start-superlink", *sets],
-            cwd=ROOT,
-            env=cluster.env,
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-        )
+        finished = run_server(cluster, superlink, overrides, timeout_s=RUN_TIMEOUT_S)
     finally:
         done.set()
         if watcher.is_alive():
