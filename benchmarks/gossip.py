@@ -38,7 +38,7 @@ from rich.table import Table
 
 from thinwire.config import parse_config
 from thinwire.metrics import format_bytes
-from thinwire.topologies.simulation import simulate_gossip
+from thinwire.topologies.runtime.simulation import simulate_gossip
 
 TOP_1 = {"select": {"kind": "topk", "density": 0.01}}
 GAMMA = 0.1

@@ -32,7 +32,7 @@ from rich.table import Table
 
 from thinwire.config import load_config
 from thinwire.topologies.checkpoint import checkpoint_path, load_checkpoint
-from thinwire.topologies.peer import node_log_path
+from thinwire.topologies.runtime.peer import node_log_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from e2e.stall_attack import LogWatch, MemoryWatch, StallAttack  # noqa: E402

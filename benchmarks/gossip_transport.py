@@ -1,7 +1,7 @@
 """Throughput of the gossip peer transport against raw gRPC client streaming, on loopback.
 
-One process, two threads of work: a node's server (`thinwire.topologies`) and a client that
-pushes one large message. The transport's rate counts everything a push costs: framing,
+One process, two threads of work: a node's server (`thinwire.topologies.transport`) and a
+client that pushes one large message. The transport's rate counts everything a push costs: framing,
 the header checks, reassembly into one buffer and the (trivial) handler, up to the reply.
 The raw rate is a bare gRPC client-streaming call with the same 1 MiB slices that only sums
 their lengths, measured in the same run. Runs alternate between the two so that drift in
@@ -25,7 +25,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from thinwire.topologies import (
+from thinwire.topologies.transport import (
     Delivery,
     GossipReceiver,
     GossipServicer,

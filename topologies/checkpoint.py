@@ -28,7 +28,7 @@ import torch
 
 from thinwire.config import Experiment
 from thinwire.statetree import Leaf
-from thinwire.topologies.certificates import node_common_name
+from thinwire.topologies.naming import node_common_name
 
 __all__ = [
     "Checkpoint",

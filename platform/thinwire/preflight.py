@@ -154,8 +154,8 @@ def _check_peers(
     workspace: Workspace,
     problems: _Problems,
 ) -> None:
-    from thinwire.topologies.methods import build_node
-    from thinwire.topologies.schedule import GraphSchedule
+    from thinwire.topologies.graph.schedule import GraphSchedule
+    from thinwire.topologies.methods.registry import build_node
 
     count = experiment.data.clients
     schedule = problems.stage(

@@ -144,7 +144,7 @@ def _simulate(
     if not experiment.decentralized:
         star = simulate(experiment, on_round=on_round, checkpoints=checkpoints, resume=checkpoint)
         return star.model, star.input_shape, star.num_classes
-    from thinwire.topologies.reports import NodeLog
+    from thinwire.topologies.runtime.reports import NodeLog
 
     with NodeLog(folder / "nodes.jsonl") as nodes:
         gossip = simulate(

@@ -49,7 +49,7 @@ from thinwire.simulate_checkpoint import (
 )
 
 if TYPE_CHECKING:  # gossip's modules load only for a decentralized run
-    from thinwire.topologies.reports import NodeReport
+    from thinwire.topologies.runtime.reports import NodeReport
 
 __all__ = ["SimulationResult", "simulate"]
 
@@ -77,7 +77,7 @@ def simulate(
     """Runs `experiment` in this process and returns its round records and final model.
 
     A decentralized experiment (`experiment.decentralized`: a topology other than star)
-    runs as gossip (`thinwire.topologies.simulation.simulate_gossip`); its final model is
+    runs as gossip (`thinwire.topologies.runtime.simulation.simulate_gossip`); its final model is
     the average of the nodes' models.
 
     Args:
@@ -111,7 +111,7 @@ def _simulate(
                 "checkpoints and --resume cover the simulated star; a gossip run restarts "
                 "(real peers checkpoint and rejoin: thinwire peer)"
             )
-        from thinwire.topologies.simulation import simulate_gossip
+        from thinwire.topologies.runtime.simulation import simulate_gossip
 
         gossip = simulate_gossip(experiment, on_round=on_round, on_node=on_node)
         return SimulationResult(

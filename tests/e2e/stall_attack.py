@@ -19,8 +19,8 @@ from typing import Any
 
 import grpc
 
-from thinwire.topologies import gossip_pb2
-from thinwire.topologies.framing import PUSH_METHOD, frame_data, frame_header
+from thinwire.topologies.transport import gossip_pb2
+from thinwire.topologies.transport.framing import PUSH_METHOD, frame_data, frame_header
 
 
 class StallAttack:

@@ -13,8 +13,8 @@ import torch
 
 from thinwire.config import load_config
 from thinwire.topologies.checkpoint import checkpoint_path, load_checkpoint
-from thinwire.topologies.peer import node_log_path
-from thinwire.topologies.simulation import simulate_gossip
+from thinwire.topologies.runtime.peer import node_log_path
+from thinwire.topologies.runtime.simulation import simulate_gossip
 
 from .stall_attack import LogWatch, MemoryWatch, StallAttack
 from .test_gossip_peers import RUN, finish, log_of, spawn, write_config

@@ -23,11 +23,11 @@ import torch
 import yaml
 
 from thinwire.config import load_config
-from thinwire.topologies import TLSIdentity, TransportSettings, write_run_certificates
 from thinwire.topologies.checkpoint import checkpoint_path, load_checkpoint
-from thinwire.topologies.peer import node_log_path, summarize_peers
-from thinwire.topologies.simulation import simulate_gossip
-from thinwire.topologies.transport import PeerClient
+from thinwire.topologies.runtime.peer import node_log_path, summarize_peers
+from thinwire.topologies.runtime.simulation import simulate_gossip
+from thinwire.topologies.transport import TLSIdentity, TransportSettings, write_run_certificates
+from thinwire.topologies.transport.client import PeerClient
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -8,7 +8,7 @@ from typing import Any
 import grpc
 import pytest
 
-from thinwire.topologies import (
+from thinwire.topologies.transport import (
     Delivery,
     GossipReceiver,
     GossipServicer,

@@ -9,9 +9,9 @@ import torch
 
 from thinwire.config import Experiment, parse_config
 from thinwire.learning import flatten, load_federation
-from thinwire.topologies import GraphSchedule
-from thinwire.topologies.methods import build_node
-from thinwire.topologies.node import Absorbed, GossipNode, Prepared
+from thinwire.topologies.graph import GraphSchedule
+from thinwire.topologies.methods.node import Absorbed, GossipNode, Prepared
+from thinwire.topologies.methods.registry import build_node
 
 
 def experiment(

@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 
-from thinwire.topologies import (
+from thinwire.topologies.transport import (
     Delivery,
     GossipReceiver,
     GossipServicer,
@@ -20,7 +20,7 @@ from thinwire.topologies import (
     TransportSettings,
     gossip_pb2,
 )
-from thinwire.topologies.framing import PUSH_METHOD
+from thinwire.topologies.transport.framing import PUSH_METHOD
 
 RUN = "run-a"
 FAST = TransportSettings(timeout_s=10.0, retries=2, backoff_s=0.05)

@@ -13,10 +13,11 @@ import thinwire.topologies
 
 PACKAGE = Path(thinwire.topologies.__file__).parent
 MODULES = sorted(
-    p.stem
-    for p in PACKAGE.glob("*.py")
+    ".".join(p.relative_to(PACKAGE).with_suffix("").parts)
+    for p in PACKAGE.rglob("*.py")
     if p.stem != "__init__" and not p.stem.endswith(("_pb2", "_pb2_grpc"))
 )
+PACKAGES = ["", *sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -28,7 +29,7 @@ def test_docstring_examples_run(name):
 
 def _stub_calls(name: str) -> list[ast.Call]:
     """The gRPC stub invocations (`.future`, `.with_call`, `.__call__`) in a module."""
-    tree = ast.parse((PACKAGE / f"{name}.py").read_text())
+    tree = ast.parse((PACKAGE / f"{name.replace('.', '/')}.py").read_text())
     return [
         node
         for node in ast.walk(tree)
@@ -43,15 +44,17 @@ def test_stub_calls_pass_a_timeout(name):
     for node in _stub_calls(name):
         keywords = {k.arg for k in node.keywords}
         assert "timeout" in keywords, (
-            f"{name}.py:{node.lineno} calls {node.func.attr} without timeout="
+            f"{name}:{node.lineno} calls {node.func.attr} without timeout="
         )
 
 
 def test_the_timeout_check_sees_the_transports_push():
     # Guards the check above against going blind (a renamed call would match nothing).
-    assert _stub_calls("transport")
+    assert _stub_calls("transport.client")
 
 
-def test_public_names_are_exported():
-    for name in thinwire.topologies.__all__:
-        assert hasattr(thinwire.topologies, name), name
+@pytest.mark.parametrize("sub", PACKAGES)
+def test_public_names_are_exported(sub):
+    package = importlib.import_module(".".join(filter(None, ("thinwire.topologies", sub))))
+    for name in package.__all__:
+        assert hasattr(package, name), name

@@ -7,8 +7,8 @@ from pathlib import Path
 import yaml
 
 from thinwire.config import load_config
-from thinwire.topologies import peer_addresses
-from thinwire.topologies.simulation import simulate_gossip
+from thinwire.topologies.runtime.simulation import simulate_gossip
+from thinwire.topologies.transport import peer_addresses
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "gossip-ring.yaml"

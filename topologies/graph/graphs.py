@@ -9,7 +9,7 @@ error that names the components.
 
 Time-varying kinds (`matching`, and `regular` with `time_varying: true`) give a new graph
 every round; each round's graph may be disconnected, as long as the graphs connect over
-time. `GraphSchedule` (in `thinwire.topologies.schedule`) serves them round by round.
+time. `GraphSchedule` (in `thinwire.topologies.graph.schedule`) serves them round by round.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ import networkx as nx
 import numpy as np
 
 from thinwire.config import Topology
-from thinwire.topologies.graphs import build_graph, is_time_varying
-from thinwire.topologies.mixing import mixing_matrix
+from thinwire.topologies.graph.graphs import build_graph, is_time_varying
+from thinwire.topologies.graph.mixing import mixing_matrix
 
 __all__ = ["GraphSchedule", "RoundGraph"]
 

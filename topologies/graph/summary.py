@@ -14,12 +14,10 @@ from typing import Any
 
 import networkx as nx
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 from rich.table import Table
 
-from thinwire.topologies.mixing import spectrum
-from thinwire.topologies.schedule import GraphSchedule
+from thinwire.topologies.graph.mixing import spectrum
+from thinwire.topologies.graph.schedule import GraphSchedule
 
 __all__ = ["SERVER", "TopologySummary", "draw_graph", "server_star", "summarize", "summary_table"]
 
@@ -170,6 +168,10 @@ def draw_graph(
     neighbours on the circle are the ring and the rest light arcs (chords). Edges thin and
     fade as their number grows. Node ids are printed up to 50 nodes.
     """
+    # matplotlib loads here, not with the module: the graph builders stay light to import.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     n = graph.number_of_nodes()

@@ -11,10 +11,10 @@ Learning with Arbitrary Communication Compression" (ICLR'20). Per node i and rou
    so the copies stay bit-for-bit equal to j's own estimate;
 5. x^{t+1} = x^{t+1/2} + gamma * sum_j w_ij (x_hat_j - x_hat_i).
 
-SPARQ-SGD (`thinwire.topologies.sparq`) runs the same node with a `Trigger`: steps 2-5 happen
-only on synchronization rounds, and there only when the node fires; a node that does not
-fire sends an empty message and its neighbours keep its estimate (q_i = 0). The consensus
-step 5 runs on every synchronization round, fired or not.
+SPARQ-SGD (`thinwire.topologies.methods.sparq`) runs the same node with a `Trigger`: steps
+2-5 happen only on synchronization rounds, and there only when the node fires; a node that
+does not fire sends an empty message and its neighbours keep its estimate (q_i = 0). The
+consensus step 5 runs on every synchronization round, fired or not.
 
 Estimates start at the common initial model by default (every node derives it from the
 seed; `estimates: zero` is the paper's x_hat = 0, whose first messages carry the model).
@@ -58,7 +58,7 @@ from thinwire.codecs.receive import open_payloads
 from thinwire.codecs.support import derive_seed
 from thinwire.config import ChocoGossip, SparqGossip
 from thinwire.learning import flatten
-from thinwire.topologies.node import (
+from thinwire.topologies.methods.node import (
     CODEC_STREAM,
     Absorbed,
     Inbox,
@@ -69,7 +69,7 @@ from thinwire.topologies.node import (
     asks,
     elapsed,
 )
-from thinwire.topologies.sparq import Trigger
+from thinwire.topologies.methods.sparq import Trigger
 from thinwire.wire import Kind
 
 __all__ = ["ChocoNode", "ChocoState", "Link"]

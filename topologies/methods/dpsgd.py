@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import torch
 
-from thinwire.topologies.node import (
+from thinwire.topologies.methods.node import (
     Absorbed,
     Inbox,
     NodeCore,

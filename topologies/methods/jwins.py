@@ -50,7 +50,7 @@ from thinwire.codecs.model import FLAT_NAME
 from thinwire.codecs.receive import check_bounded
 from thinwire.codecs.support import derive_seed
 from thinwire.config import JwinsGossip
-from thinwire.topologies.node import (
+from thinwire.topologies.methods.node import (
     ALPHA_STREAM,
     Absorbed,
     Inbox,

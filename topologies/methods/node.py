@@ -45,8 +45,8 @@ from thinwire.learning import (
     unflatten,
 )
 from thinwire.statetree import Leaf
-from thinwire.topologies.certificates import node_common_name
-from thinwire.topologies.schedule import GraphSchedule
+from thinwire.topologies.graph.schedule import GraphSchedule
+from thinwire.topologies.naming import node_common_name
 from thinwire.wire import (
     DenseSupport,
     Kind,

@@ -14,11 +14,11 @@ import torch
 
 from thinwire.config import Experiment
 from thinwire.learning import Workspace
-from thinwire.topologies.choco import ChocoNode
-from thinwire.topologies.dpsgd import DPSGDNode
-from thinwire.topologies.jwins import JwinsNode
-from thinwire.topologies.node import GossipNode, NodeCore
-from thinwire.topologies.schedule import GraphSchedule
+from thinwire.topologies.graph.schedule import GraphSchedule
+from thinwire.topologies.methods.choco import ChocoNode
+from thinwire.topologies.methods.dpsgd import DPSGDNode
+from thinwire.topologies.methods.jwins import JwinsNode
+from thinwire.topologies.methods.node import GossipNode, NodeCore
 
 __all__ = ["NodeFactory", "build_node", "methods", "register_method"]
 

@@ -34,14 +34,14 @@ from typing import Any
 import grpc
 
 from thinwire.config import Experiment, GossipRuntime
-from thinwire.topologies.endpoint import PeerEndpoint
-from thinwire.topologies.node import GossipNode, Received
-from thinwire.topologies.options import TransportSettings
-from thinwire.topologies.peers import listen_address, peer_addresses
-from thinwire.topologies.receiver import Delivery
-from thinwire.topologies.reports import NodeReport
-from thinwire.topologies.schedule import GraphSchedule
-from thinwire.topologies.security import TLSIdentity
+from thinwire.topologies.graph.schedule import GraphSchedule
+from thinwire.topologies.methods.node import GossipNode, Received
+from thinwire.topologies.runtime.reports import NodeReport
+from thinwire.topologies.transport.endpoint import PeerEndpoint
+from thinwire.topologies.transport.options import TransportSettings
+from thinwire.topologies.transport.peers import listen_address, peer_addresses
+from thinwire.topologies.transport.receiver import Delivery
+from thinwire.topologies.transport.security import TLSIdentity
 
 __all__ = ["PATIENCE", "PeerExchange", "RoundWatch", "exchange_spacing", "exchanges_between"]
 

@@ -3,7 +3,7 @@
 `run_peer` builds node i exactly as the simulator does (`build_node`), so both runtimes run
 the very same round logic on the very same bytes, and plays the rounds over a
 `PeerExchange` (push, wait for the neighbours, collect, absorb: see
-`thinwire.topologies.exchange`). After every round it appends the node's report to
+`thinwire.topologies.runtime.exchange`). After every round it appends the node's report to
 `node-<i>.jsonl` and checkpoints the node's state (atomically).
 
 **Start.** A fresh peer first waits (up to `startup_timeout_s`) until every peer of the run
@@ -15,7 +15,7 @@ neighbours of every push's round, and `RoundWatch` notes the highest. The restar
 waits up to two deadlines for one (a neighbour pushes at the start of every round, and its
 rounds last at most a few deadlines while this peer is down), then continues from there, or
 from the round after its checkpoint if nobody pushed. Rounds it missed are not trained;
-CHOCO-style nodes resynchronize their estimates (see `thinwire.topologies.choco`).
+CHOCO-style nodes resynchronize their estimates (see `thinwire.topologies.methods.choco`).
 
 **Stop.** `stop` (set by the CLI on SIGTERM or SIGINT) ends the run after the current
 round, checkpointed; a `PeerAbandoned` raised from a second signal ends it at once, leaving
@@ -43,14 +43,14 @@ from thinwire.topologies.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from thinwire.topologies.exchange import PeerExchange, RoundWatch, exchanges_between
-from thinwire.topologies.methods import build_node
-from thinwire.topologies.node import GossipNode
-from thinwire.topologies.peers import peer_addresses
-from thinwire.topologies.reports import NodeLog, NodeReport, read_node_log
-from thinwire.topologies.schedule import GraphSchedule
-from thinwire.topologies.security import TLSIdentity
-from thinwire.topologies.simulation import average_model, consensus_distance
+from thinwire.topologies.graph.schedule import GraphSchedule
+from thinwire.topologies.methods.node import GossipNode
+from thinwire.topologies.methods.registry import build_node
+from thinwire.topologies.runtime.exchange import PeerExchange, RoundWatch, exchanges_between
+from thinwire.topologies.runtime.reports import NodeLog, NodeReport, read_node_log
+from thinwire.topologies.runtime.simulation import average_model, consensus_distance
+from thinwire.topologies.transport.peers import peer_addresses
+from thinwire.topologies.transport.security import TLSIdentity
 
 __all__ = [
     "PeerAbandoned",

@@ -24,9 +24,9 @@ from thinwire.channel import Channel
 from thinwire.config import Experiment
 from thinwire.learning import save_model
 from thinwire.metrics import Record, RunRecorder
-from thinwire.topologies.peer import PeerRunSummary, node_log_path, summarize_peers
-from thinwire.topologies.reports import NodeReport, read_node_log
-from thinwire.topologies.simulation import network_s
+from thinwire.topologies.runtime.peer import PeerRunSummary, node_log_path, summarize_peers
+from thinwire.topologies.runtime.reports import NodeReport, read_node_log
+from thinwire.topologies.runtime.simulation import network_s
 
 __all__ = ["write_peer_run"]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple
 
-from thinwire.topologies.node import Absorbed, Prepared
+from thinwire.topologies.methods.node import Absorbed, Prepared
 
 __all__ = ["NodeLog", "NodeReport", "read_node_log"]
 

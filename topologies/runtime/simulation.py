@@ -38,10 +38,10 @@ from thinwire.channel import Channel
 from thinwire.config import Experiment
 from thinwire.learning import evaluate, flatten, load_federation, unflatten
 from thinwire.metrics import Record
-from thinwire.topologies.methods import build_node
-from thinwire.topologies.node import GossipNode
-from thinwire.topologies.reports import NodeReport
-from thinwire.topologies.schedule import GraphSchedule
+from thinwire.topologies.graph.schedule import GraphSchedule
+from thinwire.topologies.methods.node import GossipNode
+from thinwire.topologies.methods.registry import build_node
+from thinwire.topologies.runtime.reports import NodeReport
 
 __all__ = [
     "GossipSimulation",

@@ -38,7 +38,7 @@ from typing import NamedTuple
 
 import grpc
 
-from thinwire.topologies.receiver import PushRejected
+from thinwire.topologies.transport.receiver import PushRejected
 
 __all__ = [
     "CLAIM_KEY",

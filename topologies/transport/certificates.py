@@ -1,8 +1,8 @@
 """Keys and certificates for a gossip run: one CA, one key and certificate per peer.
 
 Mutual TLS binds each peer to a node id: peer i's certificate carries the common name
-`node-i` (see `node_common_name`), and a receiver refuses a push whose header claims another
-sender. The subject alternative names hold what peers dial: a host name (`peer-{i}` by
+`node-i` (`thinwire.topologies.naming`), and a receiver refuses a push whose header claims
+another sender. The subject alternative names hold what peers dial: a host name (`peer-{i}` by
 default, as in the `pattern` of the gossip runtime), `localhost`, and the loopback addresses.
 Keys are ECDSA P-256; private key files are written readable by their owner only.
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -29,30 +28,15 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from thinwire.topologies.naming import node_common_name
+
 __all__ = [
     "PeerFiles",
     "RunCertificates",
     "create_ca",
     "issue_peer_certificate",
-    "node_common_name",
-    "node_from_common_name",
     "write_run_certificates",
 ]
-
-_NODE_NAME = re.compile(r"node-(\d{1,9})")
-
-
-def node_common_name(node: int) -> str:
-    """The certificate common name that identifies node `node`: `node-<id>`."""
-    if node < 0:
-        raise ValueError(f"node ids are >= 0, got {node}")
-    return f"node-{node}"
-
-
-def node_from_common_name(name: str) -> int | None:
-    """The node id a common name identifies, or None if it names no node."""
-    match = _NODE_NAME.fullmatch(name)
-    return int(match.group(1)) if match else None
 
 
 class PeerFiles(NamedTuple):

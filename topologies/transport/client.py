@@ -19,12 +19,12 @@ from typing import Any, NamedTuple
 
 import grpc
 
-from thinwire.topologies import gossip_pb2
-from thinwire.topologies.admission import claim_metadata
-from thinwire.topologies.framing import PUSH_METHOD, chunk_count, push_frames
-from thinwire.topologies.options import TransportSettings, channel_options
-from thinwire.topologies.security import TLSIdentity, require_security
-from thinwire.topologies.traffic import Traffic
+from thinwire.topologies.transport import gossip_pb2
+from thinwire.topologies.transport.admission import claim_metadata
+from thinwire.topologies.transport.framing import PUSH_METHOD, chunk_count, push_frames
+from thinwire.topologies.transport.options import TransportSettings, channel_options
+from thinwire.topologies.transport.security import TLSIdentity, require_security
+from thinwire.topologies.transport.traffic import Traffic
 
 __all__ = ["PeerClient", "PushResult"]
 

@@ -6,7 +6,7 @@ over the gRPC peer service, with one `Traffic` ledger for both directions, and t
 schedule deciding every round whom to push to and whose pushes to accept.
 
 Example (two nodes on loopback; the handler stores the raw bytes):
-    >>> from thinwire.topologies.options import TransportSettings
+    >>> from thinwire.topologies.transport.options import TransportSettings
     >>> addresses = {}
     >>> def make(node):
     ...     return PeerEndpoint(
@@ -25,14 +25,14 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Generic, TypeVar
 
 from thinwire.config import GossipRuntime
-from thinwire.topologies.mailbox import Inbox, Mailbox
-from thinwire.topologies.options import TransportSettings
-from thinwire.topologies.peers import listen_address, peer_addresses
-from thinwire.topologies.receiver import Delivery, GossipReceiver
-from thinwire.topologies.security import TLSIdentity, require_security
-from thinwire.topologies.service import GossipServicer, create_server, stop_server
-from thinwire.topologies.traffic import Traffic
-from thinwire.topologies.transport import PeerClient, PushResult
+from thinwire.topologies.transport.client import PeerClient, PushResult
+from thinwire.topologies.transport.mailbox import Inbox, Mailbox
+from thinwire.topologies.transport.options import TransportSettings
+from thinwire.topologies.transport.peers import listen_address, peer_addresses
+from thinwire.topologies.transport.receiver import Delivery, GossipReceiver
+from thinwire.topologies.transport.security import TLSIdentity, require_security
+from thinwire.topologies.transport.service import GossipServicer, create_server, stop_server
+from thinwire.topologies.transport.traffic import Traffic
 
 __all__ = ["PeerEndpoint"]
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from google.protobuf.message import DecodeError
 
-from thinwire.topologies import gossip_pb2
+from thinwire.topologies.transport import gossip_pb2
 
 __all__ = [
     "FRAME_OVERHEAD",

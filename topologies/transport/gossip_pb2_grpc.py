@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from thinwire.topologies import gossip_pb2 as thinwire_dot_topologies_dot_gossip__pb2
+from thinwire.topologies.transport import gossip_pb2 as thinwire_dot_topologies_dot_transport_dot_gossip__pb2
 
 GRPC_GENERATED_VERSION = '1.81.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in thinwire/topologies/gossip_pb2_grpc.py depends on'
+        + ' but the generated code in thinwire/topologies/transport/gossip_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -37,8 +37,8 @@ class GossipStub:
         """
         self.Push = channel.stream_unary(
                 '/thinwire.topologies.v1.Gossip/Push',
-                request_serializer=thinwire_dot_topologies_dot_gossip__pb2.Chunk.SerializeToString,
-                response_deserializer=thinwire_dot_topologies_dot_gossip__pb2.PushReply.FromString,
+                request_serializer=thinwire_dot_topologies_dot_transport_dot_gossip__pb2.Chunk.SerializeToString,
+                response_deserializer=thinwire_dot_topologies_dot_transport_dot_gossip__pb2.PushReply.FromString,
                 _registered_method=True)
 
 
@@ -60,8 +60,8 @@ def add_GossipServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Push': grpc.stream_unary_rpc_method_handler(
                     servicer.Push,
-                    request_deserializer=thinwire_dot_topologies_dot_gossip__pb2.Chunk.FromString,
-                    response_serializer=thinwire_dot_topologies_dot_gossip__pb2.PushReply.SerializeToString,
+                    request_deserializer=thinwire_dot_topologies_dot_transport_dot_gossip__pb2.Chunk.FromString,
+                    response_serializer=thinwire_dot_topologies_dot_transport_dot_gossip__pb2.PushReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -90,8 +90,8 @@ class Gossip:
             request_iterator,
             target,
             '/thinwire.topologies.v1.Gossip/Push',
-            thinwire_dot_topologies_dot_gossip__pb2.Chunk.SerializeToString,
-            thinwire_dot_topologies_dot_gossip__pb2.PushReply.FromString,
+            thinwire_dot_topologies_dot_transport_dot_gossip__pb2.Chunk.SerializeToString,
+            thinwire_dot_topologies_dot_transport_dot_gossip__pb2.PushReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from thinwire.config import GossipRuntime
-from thinwire.topologies.admission import StreamLimits
-from thinwire.topologies.framing import FRAME_OVERHEAD, SERVICE_NAME
+from thinwire.topologies.transport.admission import StreamLimits
+from thinwire.topologies.transport.framing import FRAME_OVERHEAD, SERVICE_NAME
 
 __all__ = [
     "TransportSettings",

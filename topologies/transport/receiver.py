@@ -4,7 +4,7 @@
 `PushReply` or raises `PushRejected` carrying the gRPC status the servicer aborts with.
 Everything is checked on the header first, before a byte of the update is read (and a
 push's claim, from its call metadata, is screened by `screen` before even the header; see
-`thinwire.topologies.admission`):
+`thinwire.topologies.transport.admission`):
 
 | check | status |
 |---|---|
@@ -39,11 +39,11 @@ from typing import Generic, NamedTuple, TypeVar
 
 import grpc
 
-from thinwire.topologies import gossip_pb2
-from thinwire.topologies.certificates import node_from_common_name
-from thinwire.topologies.framing import parse_frame
-from thinwire.topologies.mailbox import Admission, Mailbox
-from thinwire.topologies.traffic import Traffic
+from thinwire.topologies.naming import node_from_common_name
+from thinwire.topologies.transport import gossip_pb2
+from thinwire.topologies.transport.framing import parse_frame
+from thinwire.topologies.transport.mailbox import Admission, Mailbox
+from thinwire.topologies.transport.traffic import Traffic
 
 __all__ = ["Delivery", "GossipReceiver", "PushRejected", "ReceiverCounters"]
 

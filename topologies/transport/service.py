@@ -6,7 +6,8 @@ starts a server (port 0 lets the OS choose, as tests do); `serving` does the sam
 `with` block and always stops it.
 
 Frames reach the servicer as raw bytes (the method is registered without a request
-deserializer): `thinwire.topologies.framing` reads them without copying the update's slices.
+deserializer): `thinwire.topologies.transport.framing` reads them without copying the
+update's slices.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from typing import Any, NoReturn
 
 import grpc
 
-from thinwire.topologies import gossip_pb2, gossip_pb2_grpc
-from thinwire.topologies.admission import (
+from thinwire.topologies.transport import gossip_pb2, gossip_pb2_grpc
+from thinwire.topologies.transport.admission import (
     Claim,
     FrameWatchdog,
     StreamGate,
@@ -28,10 +29,10 @@ from thinwire.topologies.admission import (
     read_claim,
     remote_host,
 )
-from thinwire.topologies.framing import SERVICE_NAME
-from thinwire.topologies.options import TransportSettings, server_options
-from thinwire.topologies.receiver import GossipReceiver, PushRejected
-from thinwire.topologies.security import TLSIdentity, peer_common_name, require_security
+from thinwire.topologies.transport.framing import SERVICE_NAME
+from thinwire.topologies.transport.options import TransportSettings, server_options
+from thinwire.topologies.transport.receiver import GossipReceiver, PushRejected
+from thinwire.topologies.transport.security import TLSIdentity, peer_common_name, require_security
 
 __all__ = ["GossipServicer", "create_server", "serving", "stop_server"]
 
@@ -53,7 +54,7 @@ class GossipServicer(gossip_pb2_grpc.GossipServicer):
     """Serves `Gossip.Push` by delegating to a `GossipReceiver`, within `StreamLimits`.
 
     Before a frame is read, the push's claim (call metadata) is screened and the stream is
-    admitted to its lane or refused at once (see `thinwire.topologies.admission`); then
+    admitted to its lane or refused at once (see `thinwire.topologies.transport.admission`); then
     every frame must arrive within `limits.frame_timeout_s`, the push within
     `limits.stream_timeout_s`.
     """

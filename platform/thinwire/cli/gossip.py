@@ -32,8 +32,8 @@ def topology(
 
     A federated run (topology star, not gossip) is drawn as it runs: the server as the hub.
     """
-    from thinwire.topologies import GraphSchedule, draw_graph, summarize, summary_table
-    from thinwire.topologies.summary import server_star
+    from thinwire.topologies.graph import GraphSchedule, draw_graph, summarize, summary_table
+    from thinwire.topologies.graph.summary import server_star
 
     experiment = load(config, overrides)
     nodes = experiment.data.clients
@@ -59,7 +59,7 @@ def topology(
 
 
 def _peer_report(experiment: Experiment, out: Path, checkpoint_dir: Path | None) -> None:
-    from thinwire.topologies.peer_report import write_peer_run
+    from thinwire.topologies.runtime.peer_report import write_peer_run
 
     try:
         run_dir, summary = write_peer_run(experiment, out, checkpoint_dir)
@@ -113,7 +113,7 @@ def peer(
     import signal
     import threading
 
-    from thinwire.topologies.peer import PeerAbandoned, run_peer
+    from thinwire.topologies.runtime.peer import PeerAbandoned, run_peer
 
     experiment = load(config, overrides)
     if experiment.runtime.kind != "gossip":

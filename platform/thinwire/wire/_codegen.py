@@ -9,18 +9,25 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from importlib.util import find_spec
 from pathlib import Path
+
+PACKAGES = ("thinwire.wire", "thinwire.topologies.transport")  # roles live outside platform/
+"""The packages whose folders hold `.proto` files."""
 
 
 def proto_files() -> dict[Path, str]:
-    """Every `.proto` file thinwire owns, mapped to its path inside the import package."""
-    import thinwire.topologies
-    import thinwire.wire
+    """Every `.proto` file thinwire owns, mapped to its path inside the import package.
 
+    The packages are found, not imported: importing one loads its generated modules, which
+    must not have to work for them to be regenerated.
+    """
     found: dict[Path, str] = {}
-    for module in (thinwire.wire, thinwire.topologies):  # roles live outside platform/
-        package = module.__name__
-        folder = Path(module.__file__ or "").parent
+    for package in PACKAGES:
+        spec = find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise RuntimeError(f"package {package} is not installed")
+        folder = Path(next(iter(spec.submodule_search_locations)))
         for proto in sorted(folder.glob("*.proto")):
             found[proto] = "/".join([*package.split("."), proto.name])
     return found

@@ -21,7 +21,7 @@ from thinwire.config import (
     Topology,
     TorusTopology,
 )
-from thinwire.topologies import (
+from thinwire.topologies.graph import (
     BUILDERS,
     GraphError,
     build_graph,

@@ -19,7 +19,7 @@ from thinwire.config import (
     StarTopology,
     TorusTopology,
 )
-from thinwire.topologies import (
+from thinwire.topologies.graph import (
     MixingError,
     build_graph,
     max_degree_weights,

@@ -12,7 +12,7 @@ from thinwire.config import (
     RegularTopology,
     RingTopology,
 )
-from thinwire.topologies import GraphError, GraphSchedule, MixingError
+from thinwire.topologies.graph import GraphError, GraphSchedule, MixingError
 
 
 def test_fixed_schedule_serves_one_graph_for_every_round():

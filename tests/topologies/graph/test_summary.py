@@ -16,7 +16,13 @@ from thinwire.config import (
     StarTopology,
     TorusTopology,
 )
-from thinwire.topologies import GraphSchedule, build_graph, draw_graph, summarize, summary_table
+from thinwire.topologies.graph import (
+    GraphSchedule,
+    build_graph,
+    draw_graph,
+    summarize,
+    summary_table,
+)
 
 
 def test_summary_of_a_fixed_ring():
@@ -68,7 +74,7 @@ def test_draw_graph_writes_a_png(tmp_path, config, nodes):
 
 
 def test_the_federated_star_is_drawn_with_the_server_as_its_hub(tmp_path):
-    from thinwire.topologies.summary import SERVER, server_star
+    from thinwire.topologies.graph.summary import SERVER, server_star
 
     graph = server_star(10)
     assert graph.degree(SERVER) == 10 and all(graph.degree(i) == 1 for i in range(10))
@@ -90,7 +96,7 @@ def test_topology_command_draws_a_star_experiment_around_its_server(tmp_path):
 
 
 def test_ring_edges_and_chords_are_told_apart_on_a_circle():
-    from thinwire.topologies.summary import _layout, _split_edges
+    from thinwire.topologies.graph.summary import _layout, _split_edges
 
     graph = build_graph(SmallWorldTopology(k=4, p=0.2), 60, seed=1)
     ring, chords = _split_edges(graph, _layout(graph))

@@ -7,10 +7,10 @@ import torch
 
 from thinwire.codecs.forms import FormError
 from thinwire.config import MatchingTopology, ResidualFeedback
-from thinwire.topologies.node import ASK
+from thinwire.topologies.methods.node import ASK
 from thinwire.wire import Kind, decode
 
-from .gossip_support import experiment, make_nodes, play, vectors
+from ..gossip_support import experiment, make_nodes, play, vectors
 
 TOP_10 = {"select": {"kind": "topk", "density": 0.1}}
 

@@ -6,7 +6,7 @@ import torch
 
 from thinwire.statetree import flatten as flatten_state
 
-from .gossip_support import experiment, make_nodes, play
+from ..gossip_support import experiment, make_nodes, play
 
 
 def test_a_round_is_local_training_then_the_mixing_matrix_row():

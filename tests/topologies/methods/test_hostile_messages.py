@@ -13,10 +13,10 @@ import torch
 
 from thinwire.codecs.model import FLAT_NAME, ModelCodec
 from thinwire.config import CodecConfig
-from thinwire.topologies.node import GossipNode
+from thinwire.topologies.methods.node import GossipNode
 from thinwire.wire import DenseSupport, Kind, Payload, RawValues
 
-from .gossip_support import experiment, make_nodes, play, vectors
+from ..gossip_support import experiment, make_nodes, play, vectors
 
 TOP_10 = {"select": {"kind": "topk", "density": 0.1}}
 QSGD = {"quantize": {"kind": "qsgd", "levels": 4}}

@@ -22,7 +22,7 @@ from thinwire.wire import (
     encode,
 )
 
-from .gossip_support import experiment, make_nodes, play, vectors
+from ..gossip_support import experiment, make_nodes, play, vectors
 
 
 def jwins(alphas=(0.25,), *, rounds: int = 4, topology=None, **fields):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from thinwire.topologies.node import ASK, Received
+from thinwire.topologies.methods.node import ASK, Received
 from thinwire.wire import Kind, Update, WireError, decode, encode
 
-from .gossip_support import experiment, make_nodes
+from ..gossip_support import experiment, make_nodes
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,7 @@ def test_unpack_refuses_strangers_and_misfiled_messages(nodes):
 
 
 def test_a_node_must_be_in_the_graph_and_have_data():
-    from thinwire.topologies.node import NodeCore
+    from thinwire.topologies.methods.node import NodeCore
 
     config = experiment()
     (node, *_) = make_nodes(config)

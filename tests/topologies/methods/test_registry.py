@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from thinwire.topologies.choco import ChocoNode
-from thinwire.topologies.dpsgd import DPSGDNode
-from thinwire.topologies.jwins import JwinsNode
-from thinwire.topologies.methods import methods, register_method
+from thinwire.topologies.methods.choco import ChocoNode
+from thinwire.topologies.methods.dpsgd import DPSGDNode
+from thinwire.topologies.methods.jwins import JwinsNode
+from thinwire.topologies.methods.registry import methods, register_method
 
-from .gossip_support import experiment, make_nodes
+from ..gossip_support import experiment, make_nodes
 
 SPARQ = {"kind": "sparq", "gamma": 0.5, "threshold": {"kind": "constant", "c": 1.0}}
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from thinwire.config import ConstantThreshold, PolynomialThreshold, StepThreshold
-from thinwire.topologies.sparq import Trigger, threshold
+from thinwire.topologies.methods.sparq import Trigger, threshold
 from thinwire.wire import SignValues, SparseSupport, decode
 
-from .gossip_support import experiment, make_nodes, play, vectors
+from ..gossip_support import experiment, make_nodes, play, vectors
 
 TOP_10 = {"select": {"kind": "topk", "density": 0.1}}
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 
 from thinwire.config import RingTopology
-from thinwire.topologies import GraphSchedule
-from thinwire.topologies.exchange import RoundWatch, exchange_spacing, exchanges_between
+from thinwire.topologies.graph import GraphSchedule
+from thinwire.topologies.runtime.exchange import RoundWatch, exchange_spacing, exchanges_between
 
-from .gossip_support import experiment, make_nodes
+from ..gossip_support import experiment, make_nodes
 
 SPARQ = {
     "kind": "sparq",

@@ -14,11 +14,11 @@ from thinwire.topologies.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from thinwire.topologies.peer import node_log_path, run_peer, summarize_peers
-from thinwire.topologies.reports import NodeReport, read_node_log
-from thinwire.topologies.simulation import simulate_gossip
+from thinwire.topologies.runtime.peer import node_log_path, run_peer, summarize_peers
+from thinwire.topologies.runtime.reports import NodeReport, read_node_log
+from thinwire.topologies.runtime.simulation import simulate_gossip
 
-from .gossip_support import experiment, free_ports, peer_runtime
+from ..gossip_support import experiment, free_ports, peer_runtime
 
 SPARQ = {
     "kind": "sparq",
@@ -131,7 +131,7 @@ def test_the_report_command_judges_the_finished_run(finished, tmp_path):
 def test_the_report_writes_the_simulators_run_folder(finished, tmp_path):
     from thinwire.learning import load_saved_model
     from thinwire.metrics import load_records
-    from thinwire.topologies.peer_report import write_peer_run
+    from thinwire.topologies.runtime.peer_report import write_peer_run
 
     exp, out, _ = finished
     run_dir, _ = write_peer_run(exp, out, run_dir=tmp_path / "run")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from thinwire.topologies.node import Absorbed, Prepared
-from thinwire.topologies.reports import NodeLog, NodeReport, read_node_log
+from thinwire.topologies.methods.node import Absorbed, Prepared
+from thinwire.topologies.runtime.reports import NodeLog, NodeReport, read_node_log
 
 
 def report() -> NodeReport:

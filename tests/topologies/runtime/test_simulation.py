@@ -10,9 +10,13 @@ import torch
 from thinwire.learning import flatten
 from thinwire.metrics import CORE_KEYS
 from thinwire.simulate import simulate
-from thinwire.topologies.simulation import average_model, consensus_distance, simulate_gossip
+from thinwire.topologies.runtime.simulation import (
+    average_model,
+    consensus_distance,
+    simulate_gossip,
+)
 
-from .gossip_support import experiment
+from ..gossip_support import experiment
 
 CHOCO = {"kind": "choco", "gamma": 0.5}
 TOP_10 = {"select": {"kind": "topk", "density": 0.1}}

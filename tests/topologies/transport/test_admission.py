@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 import pytest
 
-from thinwire.topologies import (
+from thinwire.topologies.transport import (
     Delivery,
     FrameWatchdog,
     GossipReceiver,
@@ -28,11 +28,11 @@ from thinwire.topologies import (
     message_bound,
     read_claim,
 )
-from thinwire.topologies.admission import remote_host
-from thinwire.topologies.framing import PUSH_METHOD, frame_data, frame_header, push_frames
-from thinwire.topologies.receiver import PushRejected
+from thinwire.topologies.transport.admission import remote_host
+from thinwire.topologies.transport.framing import PUSH_METHOD, frame_data, frame_header, push_frames
+from thinwire.topologies.transport.receiver import PushRejected
 
-from .support import RUN, raw_bytes, raw_push
+from ..support import RUN, raw_bytes, raw_push
 
 Code = grpc.StatusCode
 
@@ -167,7 +167,7 @@ def test_the_receiver_reserves_nothing_for_a_declared_size():
 @pytest.mark.slow
 def test_honest_messages_of_every_method_fit_half_the_bound():
     from thinwire.config import parse_config
-    from thinwire.topologies.simulation import simulate_gossip
+    from thinwire.topologies.runtime.simulation import simulate_gossip
 
     codecs = {
         "dense": {},
@@ -355,7 +355,7 @@ def test_a_claim_is_screened_and_must_match_the_header(guarded, metadata, frames
 
 
 def test_a_final_refusal_is_not_retried_by_the_pushers_channel(start_node):
-    from thinwire.topologies import PeerClient, TransportSettings
+    from thinwire.topologies.transport import PeerClient, TransportSettings
 
     node = start_node(1, neighbours={0}, settings=TransportSettings(max_message_bytes=100))
     settings = TransportSettings(retries=3, backoff_s=0.01)

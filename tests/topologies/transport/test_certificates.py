@@ -9,11 +9,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from thinwire.topologies import (
-    node_common_name,
-    node_from_common_name,
-    write_run_certificates,
-)
+from thinwire.topologies.transport import write_run_certificates
 
 
 def load(path) -> x509.Certificate:
@@ -50,15 +46,6 @@ def test_host_name_pattern_is_configurable(tmp_path):
         x509.SubjectAlternativeName
     )
     assert "gpu-1.lab" in names.value.get_values_for_type(x509.DNSName)
-
-
-def test_node_names_round_trip():
-    assert node_common_name(12) == "node-12"
-    assert node_from_common_name("node-12") == 12
-    assert node_from_common_name("peer-12") is None
-    assert node_from_common_name("node-12x") is None
-    with pytest.raises(ValueError, match="node ids are >= 0"):
-        node_common_name(-1)
 
 
 def test_bad_arguments(tmp_path):

@@ -10,15 +10,10 @@ import grpc
 import numpy as np
 import pytest
 
-from thinwire.topologies import (
-    LinkTraffic,
-    PeerClient,
-    TransportSettings,
-    gossip_pb2,
-)
-from thinwire.topologies.framing import SERVICE_NAME, frame_header, parse_frame
+from thinwire.topologies.transport import LinkTraffic, PeerClient, TransportSettings, gossip_pb2
+from thinwire.topologies.transport.framing import SERVICE_NAME, frame_header, parse_frame
 
-from .support import FAST, RUN
+from ..support import FAST, RUN
 
 Code = grpc.StatusCode
 

@@ -7,9 +7,10 @@ from functools import partial
 import pytest
 
 from thinwire.config import GossipRuntime, MatchingTopology, RingTopology, TLSFiles
-from thinwire.topologies import GraphSchedule, PeerEndpoint, TransportSettings
+from thinwire.topologies.graph import GraphSchedule
+from thinwire.topologies.transport import PeerEndpoint, TransportSettings
 
-from .support import RUN, raw_bytes
+from ..support import RUN, raw_bytes
 
 
 def endpoints(schedule: GraphSchedule, addresses: dict[int, str], **kwargs) -> list[PeerEndpoint]:

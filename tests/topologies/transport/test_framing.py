@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from thinwire.topologies import gossip_pb2
-from thinwire.topologies.framing import (
+from thinwire.topologies.transport import gossip_pb2
+from thinwire.topologies.transport.framing import (
     FRAME_OVERHEAD,
     PUSH_METHOD,
     chunk_count,

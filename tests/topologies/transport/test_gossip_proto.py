@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-import thinwire.topologies
+import thinwire.topologies.transport
 
 pytest.importorskip("grpc_tools")
 
 from thinwire.wire import _codegen  # noqa: E402
 
-PROTO = Path(thinwire.topologies.__file__).parent / "gossip.proto"
+PROTO = Path(thinwire.topologies.transport.__file__).parent / "gossip.proto"
 
 
 def test_generated_modules_are_up_to_date():

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from thinwire.topologies import Admission, Mailbox
+from thinwire.topologies.transport import Admission, Mailbox
 
 
 def test_collect_returns_every_expected_message():

@@ -7,7 +7,12 @@ import json
 import pytest
 
 from thinwire.config import GossipRuntime
-from thinwire.topologies import TransportSettings, channel_options, server_options, service_config
+from thinwire.topologies.transport import (
+    TransportSettings,
+    channel_options,
+    server_options,
+    service_config,
+)
 
 RUNTIME = GossipRuntime(run_id="r", pattern="peer-{i}:50051", insecure=True)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from thinwire.config import GossipRuntime
-from thinwire.topologies import listen_address, peer_addresses
+from thinwire.topologies.transport import listen_address, peer_addresses
 
 
 def runtime(**fields) -> GossipRuntime:

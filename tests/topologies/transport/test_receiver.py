@@ -9,16 +9,16 @@ from typing import Any
 import grpc
 import pytest
 
-from thinwire.topologies import (
+from thinwire.topologies.transport import (
     Delivery,
     GossipReceiver,
     Mailbox,
     PushRejected,
     gossip_pb2,
 )
-from thinwire.topologies.framing import frame_data, frame_header, push_frames
+from thinwire.topologies.transport.framing import frame_data, frame_header, push_frames
 
-from .support import RUN, raw_bytes
+from ..support import RUN, raw_bytes
 
 Code = grpc.StatusCode
 

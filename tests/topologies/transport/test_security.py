@@ -5,9 +5,9 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from thinwire.topologies import PeerClient, TLSIdentity
+from thinwire.topologies.transport import PeerClient, TLSIdentity
 
-from .support import FAST, RUN, identity
+from ..support import FAST, RUN, identity
 
 Code = grpc.StatusCode
 

@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 import pytest
 
-from thinwire.topologies import (
+from thinwire.topologies.transport import (
     Delivery,
     GossipReceiver,
     GossipServicer,
@@ -19,9 +19,9 @@ from thinwire.topologies import (
     gossip_pb2,
     serving,
 )
-from thinwire.topologies.framing import frame_data, frame_header, push_frames
+from thinwire.topologies.transport.framing import frame_data, frame_header, push_frames
 
-from .support import RUN, raw_bytes, raw_push
+from ..support import RUN, raw_bytes, raw_push
 
 Code = grpc.StatusCode
 

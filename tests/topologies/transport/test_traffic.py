@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from thinwire.topologies import LinkTraffic, Traffic
+from thinwire.topologies.transport import LinkTraffic, Traffic
 
 
 def test_counts_accumulate_per_neighbour_and_direction():
