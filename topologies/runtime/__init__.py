@@ -2,8 +2,10 @@
 
 `simulate_gossip` runs every node of a run in one process over real bytes; `run_peer` runs
 one node as a `thinwire peer` process, its rounds over a `PeerExchange`, with checkpoints
-and a `NodeReport` log per round, and `write_peer_run` merges the peers' logs into the
-run's records.
+and a `NodeReport` log per round; `write_peer_run` (`thinwire peer --report`) turns the
+peers' logs and final checkpoints into the run folder `thinwire run` writes.
+
+Importing this package loads gRPC and the TLS side: the peer runtime needs the transport.
 """
 
 from thinwire.topologies.runtime.exchange import (
