@@ -23,7 +23,6 @@ about its delivery (rather than risk counting an update twice), as for any dropp
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,8 +34,7 @@ from flwr.serverapp import Grid
 from thinwire.channel import Channel
 from thinwire.config import Experiment
 from thinwire.learning import Federation
-from thinwire.metrics import Record, RunRecorder
-from thinwire.privacy import EPSILON_METRIC
+from thinwire.metrics import RoundCounts, RoundRecord, RunRecorder, round_record, schema
 from thinwire.server.aggregator import Aggregator
 from thinwire.server.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
 from thinwire.server.flower_exchange import Exchange
@@ -120,11 +118,11 @@ class FlowerStar:
                 "round %d/%d: accuracy %.4f, %d updates, %d B up, %d B down, %.2f s",
                 round,
                 rounds,
-                record["accuracy"],
-                record["updates_sent"],
-                record["bytes_up"],
-                record["bytes_down"],
-                record["wall_s"],
+                record[schema.ACCURACY],
+                record[schema.UPDATES_SENT],
+                record[schema.BYTES_UP],
+                record[schema.BYTES_DOWN],
+                record[schema.WALL_S],
             )
             every = settings.checkpoint_every
             if every and (round % every == 0 or round == rounds):
@@ -146,7 +144,7 @@ class FlowerStar:
 
     # ------------------------------------------------------------------ one round
 
-    def _round(self, round: int) -> Record:
+    def _round(self, round: int) -> RoundRecord:
         start = time.perf_counter()
         settings = self.settings
         sampled = set(sample_clients(self.experiment, round))
@@ -179,36 +177,39 @@ class FlowerStar:
         evaluated = round % self.experiment.train.eval_every == 0 or round == rounds
         evaluation = self.aggregator.evaluate(*self.federation.test_data()) if evaluated else None
         losses = [r.train_loss for r in outcome.replies.values()]
-        record: Record = {
-            "round": round,
-            "accuracy": evaluation.accuracy if evaluation else math.nan,
-            "loss": evaluation.loss if evaluation else math.nan,
-            "train_loss": sum(losses) / len(losses) if losses else math.nan,
-            "bytes_up": sum(outcome.bytes_up.values()),
-            "bytes_down": sum(outcome.bytes_down.values()),
-            "cum_bytes_up": self.cum_up,
-            "cum_bytes_down": self.cum_down,
-            "updates_sent": len(outcome.bytes_up),
-            "sim_time_s": self.channel.round_s(outcome.bytes_down, outcome.bytes_up),
-            "compute_s": max((r.compute_s for r in outcome.replies.values()), default=0.0),
-            "wall_s": 0.0,
-            "participants": len(outcome.participants),
-            "rejected": len(outcome.rejected),
-            "dropouts": len(outcome.dropped),
-            "state_lost": len(outcome.state_lost),
-            "censored": len(outcome.result.silent),
-            "reused": len(outcome.result.reused),
-        }
+        record = round_record(
+            round=round,
+            evaluation=evaluation,
+            train_losses=losses,
+            bytes_up=sum(outcome.bytes_up.values()),
+            bytes_down=sum(outcome.bytes_down.values()),
+            cum_bytes_up=self.cum_up,
+            cum_bytes_down=self.cum_down,
+            updates_sent=len(outcome.bytes_up),
+            sim_time_s=self.channel.round_s(outcome.bytes_down, outcome.bytes_up),
+            compute_s=max((r.compute_s for r in outcome.replies.values()), default=0.0),
+            wall_s=0.0,  # set when the round's evaluation is done too
+            participants=len(outcome.participants),
+            rejected=len(outcome.rejected),
+            dropouts=len(outcome.dropped),
+            state_lost=len(outcome.state_lost),
+            censored=len(outcome.result.silent),
+            reused=len(outcome.result.reused),
+        )
         slots = outcome.result.slots
         if slots is not None:
-            record["slot_successes"] = slots.successes
-            record["slot_collisions"] = slots.collisions
-            record["slot_idle"] = slots.idle
+            record.update(
+                RoundCounts(
+                    slot_successes=slots.successes,
+                    slot_collisions=slots.collisions,
+                    slot_idle=slots.idle,
+                )
+            )
         if self.experiment.privacy is not None:
             for client, reply in outcome.replies.items():
                 if reply.epsilon is not None:
                     self.spent[client] = reply.epsilon
-            record[EPSILON_METRIC] = max(self.spent.values(), default=0.0)
+            record.update(RoundCounts(epsilon=max(self.spent.values(), default=0.0)))
         evaluate = list(
             self.strategy.configure_evaluate(round, ArrayRecord(), ConfigRecord(), self.grid)
         )
@@ -218,10 +219,14 @@ class FlowerStar:
             )
             if metrics is None:  # StarStrategy always returns a record
                 raise RuntimeError(f"round {round}: the strategy returned no evaluation")
-            record["client_accuracy"] = float(metrics["accuracy"])
-            record["client_loss"] = float(metrics["loss"])
-            record["eval_bytes_down"] = int(metrics["bytes-down"])
-        record["wall_s"] = time.perf_counter() - start
+            record.update(
+                RoundCounts(
+                    client_accuracy=float(metrics["accuracy"]),
+                    client_loss=float(metrics["loss"]),
+                    eval_bytes_down=int(metrics["bytes-down"]),
+                )
+            )
+        record[schema.WALL_S] = time.perf_counter() - start
         return record
 
     def _exchange(self, messages: list[Message], deadline_s: float) -> list[Message]:

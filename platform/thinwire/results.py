@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from thinwire.metrics import Record, load_records, summarize
+from thinwire.metrics import RoundRecord, load_records, schema, summarize
 
 __all__ = [
     "Group",
@@ -44,7 +44,7 @@ class RunFolder:
     status: str  # finished, running, interrupted, failed
     error: str | None
     config: dict[str, Any]  # the resolved config.yaml
-    records: list[Record]
+    records: list[RoundRecord]
 
     @property
     def complete(self) -> bool:
@@ -139,23 +139,24 @@ def group_runs(runs: Sequence[RunFolder]) -> list[Group]:
     return groups
 
 
-def bytes_to_accuracy(records: Sequence[Mapping[str, float]], target: float) -> tuple[float, float]:
+def bytes_to_accuracy(records: Sequence[RoundRecord], target: float) -> tuple[float, float]:
     """Cumulative (uplink, uplink + downlink) bytes at the first round reaching `target`.
 
     NaN, NaN when the run never reaches it.
     """
     for r in records:
-        accuracy = float(r.get("accuracy", math.nan))
+        accuracy = float(r.get(schema.ACCURACY, math.nan))
         if not math.isnan(accuracy) and accuracy >= target:
-            up = float(r["cum_bytes_up"])
-            return up, up + float(r["cum_bytes_down"])
+            up = float(r[schema.CUM_BYTES_UP])
+            return up, up + float(r[schema.CUM_BYTES_DOWN])
     return math.nan, math.nan
 
 
 def common_target(groups: Sequence[Group]) -> float:
     """A target every group reaches on average: the lowest mean best accuracy, floored to 1%."""
     bests = [
-        Stat.of(float(summarize(r.records)["best_accuracy"]) for r in g.runs).mean for g in groups
+        Stat.of(float(summarize(r.records)[schema.BEST_ACCURACY]) for r in g.runs).mean
+        for g in groups
     ]
     finite = [b for b in bests if not math.isnan(b)]
     return math.floor(100 * min(finite)) / 100 if finite else math.nan
@@ -172,13 +173,17 @@ def group_rows(groups: Sequence[Group], target: float) -> list[GroupRow]:
                 label=group.label,
                 runs=len(group.runs),
                 incomplete=sum(not r.complete for r in group.runs),
-                final_accuracy=Stat.of(s["final_accuracy"] for s in summaries),
-                best_accuracy=Stat.of(s["best_accuracy"] for s in summaries),
+                final_accuracy=Stat.of(s[schema.FINAL_ACCURACY] for s in summaries),
+                best_accuracy=Stat.of(s[schema.BEST_ACCURACY] for s in summaries),
                 uplink_to_target=Stat.of(up for up, _ in reached),
                 total_to_target=Stat.of(total for _, total in reached),
-                uplink_per_round=Stat.of(s["total_bytes_up"] / s["rounds"] for s in summaries),
-                downlink_per_round=Stat.of(s["total_bytes_down"] / s["rounds"] for s in summaries),
-                rounds=Stat.of(s["rounds"] for s in summaries),
+                uplink_per_round=Stat.of(
+                    s[schema.TOTAL_BYTES_UP] / s[schema.ROUNDS] for s in summaries
+                ),
+                downlink_per_round=Stat.of(
+                    s[schema.TOTAL_BYTES_DOWN] / s[schema.ROUNDS] for s in summaries
+                ),
+                rounds=Stat.of(s[schema.ROUNDS] for s in summaries),
             )
         )
     return rows
@@ -196,14 +201,14 @@ def _run_folders(path: Path) -> list[Path]:
 
 def _read_run(folder: Path) -> RunFolder:
     summary = _json(folder / "summary.json")
-    status = summary.get("status")
+    status = summary.get(schema.STATUS)
     records = load_records(folder) if (folder / "metrics.jsonl").is_file() else []
     if not isinstance(status, str):
         # folders written before runs recorded a status: an empty summary was a failure
-        status = "finished" if summary.get("rounds") else "failed"
+        status = "finished" if summary.get(schema.ROUNDS) else "failed"
     config_path = folder / "config.yaml"
     config = yaml.safe_load(config_path.read_text()) if config_path.is_file() else {}
-    error = summary.get("error")
+    error = summary.get(schema.ERROR)
     return RunFolder(
         dir=folder,
         name=str(config.get("name", folder.name)) if isinstance(config, dict) else folder.name,

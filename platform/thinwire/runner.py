@@ -20,7 +20,7 @@ import torch
 
 from thinwire.config import Experiment, load_config
 from thinwire.learning import save_model
-from thinwire.metrics import Record, RoundProgress, RunRecorder
+from thinwire.metrics import RoundProgress, RoundRecord, RunRecorder, schema
 from thinwire.simulate import simulate
 from thinwire.simulate_checkpoint import latest_checkpoint
 from thinwire.tensorboard import TensorBoardLog
@@ -45,7 +45,7 @@ def run_experiment(
     run_dir: Path | None = None,
     progress: ProgressMode = "off",
     tensorboard: bool = False,
-    on_round: Callable[[Record], None] | None = None,
+    on_round: Callable[[RoundRecord], None] | None = None,
 ) -> RunOutcome:
     """Simulates `experiment` into a run folder (a fresh one unless `run_dir` is given).
 
@@ -93,7 +93,7 @@ def read_status(run_dir: Path) -> str | None:
         document = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return None
-    status = document.get("status") if isinstance(document, dict) else None
+    status = document.get(schema.STATUS) if isinstance(document, dict) else None
     return status if isinstance(status, str) else None
 
 
@@ -104,7 +104,7 @@ def _run(
     checkpoint: Path | None,
     progress: ProgressMode,
     tensorboard: bool,
-    listener: Callable[[Record], None] | None = None,
+    listener: Callable[[RoundRecord], None] | None = None,
 ) -> RunOutcome:
     board = None
     recorder = RunRecorder(experiment, run_dir=run_dir, keep_rounds=keep_rounds)
@@ -114,7 +114,7 @@ def _run(
         rounds = experiment.train.rounds
         with RoundProgress(rounds, description=experiment.name, mode=progress) as bar:
 
-            def on_round(record: Record) -> None:
+            def on_round(record: RoundRecord) -> None:
                 recorder.add(record)
                 bar.update(record)
                 if board is not None:
@@ -137,7 +137,7 @@ def _simulate(
     experiment: Experiment,
     folder: Path,
     checkpoint: Path | None,
-    on_round: Callable[[Record], None],
+    on_round: Callable[[RoundRecord], None],
 ) -> tuple[dict[str, torch.Tensor], tuple[int, ...], int]:
     """The final model, input shape and class count of a star or gossip simulation."""
     checkpoints = folder / "checkpoints"

@@ -26,7 +26,6 @@ continues from such a file to the very records and model an uninterrupted run wo
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,8 +37,7 @@ from thinwire.channel import Channel
 from thinwire.clients import Client, ClientState
 from thinwire.config import Experiment
 from thinwire.learning import Federation, load_federation, simulation_threads, torch_threads
-from thinwire.metrics import Record
-from thinwire.privacy import EPSILON_METRIC
+from thinwire.metrics import RoundCounts, RoundRecord, round_record
 from thinwire.server import Aggregator, sample_clients
 from thinwire.simulate_checkpoint import (
     SimulationCheckpoint,
@@ -59,7 +57,7 @@ logger = logging.getLogger(__name__)
 class SimulationResult(NamedTuple):
     """A finished simulated run."""
 
-    records: list[Record]
+    records: list[RoundRecord]
     model: dict[str, torch.Tensor]  # the final global model (gossip: the nodes' average)
     client_states: list[ClientState]  # the star's clients after the last round (gossip: [])
     input_shape: tuple[int, ...]  # one example's shape: with `num_classes`, rebuilds the model
@@ -69,7 +67,7 @@ class SimulationResult(NamedTuple):
 def simulate(
     experiment: Experiment,
     *,
-    on_round: Callable[[Record], None] | None = None,
+    on_round: Callable[[RoundRecord], None] | None = None,
     on_node: Callable[[NodeReport], None] | None = None,
     checkpoints: Path | None = None,
     resume: Path | None = None,
@@ -100,7 +98,7 @@ def simulate(
 
 def _simulate(
     experiment: Experiment,
-    on_round: Callable[[Record], None] | None,
+    on_round: Callable[[RoundRecord], None] | None,
     on_node: Callable[[NodeReport], None] | None,
     checkpoints: Path | None,
     resume: Path | None,
@@ -129,7 +127,7 @@ def _every(experiment: Experiment) -> int:
 def _run_star(
     experiment: Experiment,
     federation: Federation,
-    on_round: Callable[[Record], None] | None,
+    on_round: Callable[[RoundRecord], None] | None,
     checkpoints: Path | None,
     resume: Path | None,
 ) -> SimulationResult:
@@ -148,7 +146,7 @@ def _run_star(
     x_test, y_test = federation.test_data()
     outcomes: dict[int, bool] = {}
     spent: dict[int, float] = {}
-    records: list[Record] = []
+    records: list[RoundRecord] = []
     cum_up = cum_down = 0
     first = 1
     if resume is not None:
@@ -205,30 +203,33 @@ def _run_star(
         cum_down += sum(down.values())
         evaluated = round % experiment.train.eval_every == 0 or round == rounds
         evaluation = aggregator.evaluate(x_test, y_test) if evaluated else None
-        record: Record = {
-            "round": round,
-            "accuracy": evaluation.accuracy if evaluation else math.nan,
-            "loss": evaluation.loss if evaluation else math.nan,
-            "train_loss": sum(losses) / len(losses),
-            "bytes_up": sum(up.values()),
-            "bytes_down": sum(down.values()),
-            "cum_bytes_up": cum_up,
-            "cum_bytes_down": cum_down,
-            "updates_sent": len(up),
-            "sim_time_s": channel.round_s(down, up),
-            "compute_s": compute,
-            "wall_s": time.perf_counter() - start,
-            "participants": len(participants),
-            "rejected": len(outcome.rejected),
-            "censored": len(outcome.silent),
-            "reused": len(outcome.reused),
-        }
+        record = round_record(
+            round=round,
+            evaluation=evaluation,
+            train_losses=losses,
+            bytes_up=sum(up.values()),
+            bytes_down=sum(down.values()),
+            cum_bytes_up=cum_up,
+            cum_bytes_down=cum_down,
+            updates_sent=len(up),
+            sim_time_s=channel.round_s(down, up),
+            compute_s=compute,
+            wall_s=time.perf_counter() - start,
+            participants=len(participants),
+            rejected=len(outcome.rejected),
+            censored=len(outcome.silent),
+            reused=len(outcome.reused),
+        )
         if outcome.slots is not None:
-            record["slot_successes"] = outcome.slots.successes
-            record["slot_collisions"] = outcome.slots.collisions
-            record["slot_idle"] = outcome.slots.idle
+            record.update(
+                RoundCounts(
+                    slot_successes=outcome.slots.successes,
+                    slot_collisions=outcome.slots.collisions,
+                    slot_idle=outcome.slots.idle,
+                )
+            )
         if experiment.privacy is not None:
-            record[EPSILON_METRIC] = max(spent.values(), default=0.0)
+            record.update(RoundCounts(epsilon=max(spent.values(), default=0.0)))
         records.append(record)
         if on_round is not None:
             on_round(record)  # first: a checkpoint never runs ahead of the recorded rounds

@@ -30,7 +30,7 @@ from typing import Any, Literal, NamedTuple
 import yaml
 
 from thinwire.config import SweepPoint
-from thinwire.metrics import Record, format_bytes, new_run_dir
+from thinwire.metrics import RoundRecord, format_bytes, new_run_dir, schema
 from thinwire.runner import run_experiment
 
 __all__ = ["PointOutcome", "SweepProgress", "default_jobs", "run_sweep"]
@@ -149,14 +149,14 @@ def _worker(index: int, point: SweepPoint, run_dir: Path, events: Any) -> PointO
 
 
 def _run_point(
-    point: SweepPoint, run_dir: Path, on_round: Callable[[Record], None]
+    point: SweepPoint, run_dir: Path, on_round: Callable[[RoundRecord], None]
 ) -> PointOutcome:
     try:
         outcome = run_experiment(point.experiment, run_dir=run_dir, on_round=on_round)
     except Exception as exc:  # the point's folder says failed; the sweep goes on
         logger.error("sweep point %s failed: %s", point.name, exc)
         return PointOutcome(point.name, run_dir, "failed", f"{type(exc).__name__}: {exc}", math.nan)
-    accuracy = float(outcome.summary.get("final_accuracy", math.nan))
+    accuracy = float(outcome.summary.get(schema.FINAL_ACCURACY, math.nan))
     return PointOutcome(point.name, outcome.dir, "finished", None, accuracy)
 
 
@@ -201,13 +201,15 @@ class SweepProgress:
         """Marks point `index` running."""
         self._progress.update(self._tasks[index], status="running")
 
-    def round(self, index: int, record: Record) -> None:
+    def round(self, index: int, record: RoundRecord) -> None:
         """Shows a finished round of point `index`."""
-        accuracy = float(record.get("accuracy", math.nan))
-        status = f"up {format_bytes(float(record['cum_bytes_up']))}"
+        accuracy = float(record.get(schema.ACCURACY, math.nan))
+        status = f"up {format_bytes(float(record[schema.CUM_BYTES_UP]))}"
         if not math.isnan(accuracy):
             status = f"acc {accuracy:6.2%}  {status}"
-        self._progress.update(self._tasks[index], completed=int(record["round"]), status=status)
+        self._progress.update(
+            self._tasks[index], completed=int(record[schema.ROUND]), status=status
+        )
 
     def finished(self, index: int, outcome: PointOutcome) -> None:
         """Marks point `index` finished or failed."""

@@ -11,8 +11,13 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import cast
+
+from thinwire.metrics import RoundRecord, schema
 
 __all__ = ["TensorBoardLog", "tensorboard_available"]
+
+_ACCURACY_PCT = "accuracy_pct"  # the scalar accuracy is logged as, in percent
 
 
 def tensorboard_available() -> bool:
@@ -41,15 +46,15 @@ class TensorBoardLog:
         self.folder = folder
         self._writer = SummaryWriter(log_dir=str(folder))
 
-    def __call__(self, record: Mapping[str, float | int]) -> None:
+    def __call__(self, record: RoundRecord) -> None:
         """Logs one round's numbers (NaN ones, such as unevaluated accuracy, are skipped)."""
-        step = int(record["round"])
-        for key, value in record.items():
+        step = int(record[schema.ROUND])
+        for key, value in cast(Mapping[str, float], record).items():
             number = float(value)
-            if key == "round" or math.isnan(number):
+            if key == schema.ROUND or math.isnan(number):
                 continue
-            if key == "accuracy":
-                key, number = "accuracy_pct", 100.0 * number
+            if key == schema.ACCURACY:
+                key, number = _ACCURACY_PCT, 100.0 * number
             self._writer.add_scalar(key, number, global_step=step)
         self._writer.flush()
 

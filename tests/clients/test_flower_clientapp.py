@@ -267,7 +267,7 @@ def test_importing_the_clientapp_leaves_out_what_a_message_does_not_need() -> No
         "opacus",  # DP-SGD, imported when a private run trains
         "torch._dynamo",
         "thinwire.cli",
-        "thinwire.plots",
+        "thinwire.metrics.plots",
         "thinwire.simulate",
         "thinwire.topologies",
         "thinwire.server.flower_strategy",

@@ -1,11 +1,11 @@
-"""Round records, run folders and summaries."""
+"""Run folders and summaries."""
 
 import math
 
 import pytest
 
 from thinwire.config import parse_config
-from thinwire.metrics import CORE_KEYS, RunRecorder, format_bytes, load_records, summarize
+from thinwire.metrics import CORE_KEYS, RunRecorder, load_records, summarize
 
 
 def record(round, accuracy=math.nan, up=10, **extra):
@@ -36,10 +36,7 @@ def test_recorder_writes_records_as_they_come(tmp_path):
         assert load_records(recorder.dir) == [record(1, 0.25)]  # flushed at once
         with pytest.raises(ValueError, match="lacks"):
             recorder.add({"round": 2})
+        with pytest.raises(ValueError, match="does not define"):
+            recorder.add(record(2, my_metric=1.0))
+        assert load_records(recorder.dir) == [record(1, 0.25)]  # a refused record is not kept
     assert (recorder.dir / "metrics.csv").exists() and (recorder.dir / "summary.json").exists()
-
-
-def test_format_bytes():
-    assert format_bytes(999) == "999 B"
-    assert format_bytes(206_763) == "206.76 kB"
-    assert format_bytes(11.65e6) == "11.65 MB"

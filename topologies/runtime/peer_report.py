@@ -23,7 +23,7 @@ from typing import Any
 from thinwire.channel import Channel
 from thinwire.config import Experiment
 from thinwire.learning import save_model
-from thinwire.metrics import Record, RunRecorder
+from thinwire.metrics import RoundRecord, RunRecorder, round_record
 from thinwire.topologies.runtime.peer import PeerRunSummary, node_log_path, summarize_peers
 from thinwire.topologies.runtime.reports import NodeReport, read_node_log
 from thinwire.topologies.runtime.simulation import network_s
@@ -74,13 +74,13 @@ def _node_lines(experiment: Experiment, out_dir: Path) -> list[dict[str, Any]]:
 
 def _records(
     experiment: Experiment, lines: Sequence[dict[str, Any]], summary: PeerRunSummary
-) -> list[Record]:
+) -> list[RoundRecord]:
     channel = Channel(experiment.channel, experiment.data.clients)
     by_round: dict[int, list[tuple[NodeReport, float]]] = {}
     for line in lines:
         report = NodeReport.from_json(line)
         by_round.setdefault(report.round, []).append((report, float(line.get("wall_s", 0.0))))
-    records: list[Record] = []
+    records: list[RoundRecord] = []
     cum_up = cum_down = 0
     last = max(by_round)
     for round in sorted(by_round):
@@ -90,23 +90,22 @@ def _records(
         cum_up, cum_down = cum_up + up, cum_down + down
         final = round == last
         records.append(
-            {
-                "round": round,
-                "accuracy": summary.evaluation.accuracy if final else math.nan,
-                "loss": summary.evaluation.loss if final else math.nan,
-                "train_loss": sum(r.train_loss for r in reports) / len(reports),
-                "bytes_up": up,
-                "bytes_down": down,
-                "cum_bytes_up": cum_up,
-                "cum_bytes_down": cum_down,
-                "updates_sent": sum(1 for r in reports for n in r.sent.values() if n),
-                "sim_time_s": network_s(channel, reports),
-                "compute_s": max(r.compute_s for r in reports),
-                "wall_s": max(wall for _, wall in by_round[round]),
-                "nodes": len(reports),
-                "consensus_distance": summary.consensus_distance if final else math.nan,
-                "missing": sum(len(r.missing) for r in reports),
-                "rejected": sum(len(r.rejected) for r in reports),
-            }
+            round_record(
+                round=round,
+                evaluation=summary.evaluation if final else None,
+                train_losses=[r.train_loss for r in reports],
+                bytes_up=up,
+                bytes_down=down,
+                cum_bytes_up=cum_up,
+                cum_bytes_down=cum_down,
+                updates_sent=sum(1 for r in reports for n in r.sent.values() if n),
+                sim_time_s=network_s(channel, reports),
+                compute_s=max(r.compute_s for r in reports),
+                wall_s=max(wall for _, wall in by_round[round]),
+                nodes=len(reports),
+                consensus_distance=summary.consensus_distance if final else math.nan,
+                missing=sum(len(r.missing) for r in reports),
+                rejected=sum(len(r.rejected) for r in reports),
+            )
         )
     return records

@@ -27,7 +27,6 @@ Example (CHOCO-SGD with top-10% corrections, 4 nodes on a ring):
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
@@ -37,7 +36,7 @@ import torch
 from thinwire.channel import Channel
 from thinwire.config import Experiment
 from thinwire.learning import evaluate, flatten, load_federation, unflatten
-from thinwire.metrics import Record
+from thinwire.metrics import RoundRecord, round_record
 from thinwire.topologies.graph.schedule import GraphSchedule
 from thinwire.topologies.methods.node import GossipNode
 from thinwire.topologies.methods.registry import build_node
@@ -55,7 +54,7 @@ __all__ = [
 class GossipSimulation(NamedTuple):
     """A finished simulated gossip run."""
 
-    records: list[Record]  # one per round
+    records: list[RoundRecord]  # one per round
     model: dict[str, torch.Tensor]  # the final average model x_bar, named
     models: list[torch.Tensor]  # each node's final model, flat (d,) float32
     reports: list[list[NodeReport]]  # per round, per node
@@ -107,7 +106,7 @@ def _exchange(nodes: Sequence[GossipNode], round: int) -> list[NodeReport]:
 def simulate_gossip(
     experiment: Experiment,
     *,
-    on_round: Callable[[Record], None] | None = None,
+    on_round: Callable[[RoundRecord], None] | None = None,
     on_node: Callable[[NodeReport], None] | None = None,
 ) -> GossipSimulation:
     """Runs a decentralized experiment in this process.
@@ -131,7 +130,7 @@ def simulate_gossip(
     ]
     channel = Channel(experiment.channel, count)
     x_test, y_test = federation.test_data()
-    records: list[Record] = []
+    records: list[RoundRecord] = []
     history: list[list[NodeReport]] = []
     cum_up = cum_down = 0
     rounds = experiment.train.rounds
@@ -147,25 +146,24 @@ def simulate_gossip(
         up = sum(r.bytes_sent for r in reports)
         down = sum(r.bytes_received for r in reports)
         cum_up, cum_down = cum_up + up, cum_down + down
-        record: Record = {
-            "round": round,
-            "accuracy": evaluation.accuracy if evaluation else math.nan,
-            "loss": evaluation.loss if evaluation else math.nan,
-            "train_loss": sum(r.train_loss for r in reports) / count,
-            "bytes_up": up,
-            "bytes_down": down,
-            "cum_bytes_up": cum_up,
-            "cum_bytes_down": cum_down,
-            "updates_sent": sum(1 for r in reports for n in r.sent.values() if n),
-            "sim_time_s": network_s(channel, reports),
-            "compute_s": max(r.compute_s for r in reports),
-            "wall_s": time.perf_counter() - start,
-            "consensus_distance": consensus_distance(vectors),
-            "fired": sum(r.fired for r in reports),
-            "missing": sum(len(r.missing) for r in reports),
-            "rejected": sum(len(r.rejected) for r in reports),
-            "refreshed": sum(len(r.refreshed) for r in reports),
-        }
+        record = round_record(
+            round=round,
+            evaluation=evaluation,
+            train_losses=[r.train_loss for r in reports],  # one per node
+            bytes_up=up,
+            bytes_down=down,
+            cum_bytes_up=cum_up,
+            cum_bytes_down=cum_down,
+            updates_sent=sum(1 for r in reports for n in r.sent.values() if n),
+            sim_time_s=network_s(channel, reports),
+            compute_s=max(r.compute_s for r in reports),
+            wall_s=time.perf_counter() - start,
+            consensus_distance=consensus_distance(vectors),
+            fired=sum(r.fired for r in reports),
+            missing=sum(len(r.missing) for r in reports),
+            rejected=sum(len(r.rejected) for r in reports),
+            refreshed=sum(len(r.refreshed) for r in reports),
+        )
         records.append(record)
         history.append(reports)
         if on_node is not None:

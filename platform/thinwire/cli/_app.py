@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from thinwire.config import ConfigError, Experiment, load_config
-from thinwire.metrics import format_bytes
+from thinwire.metrics import format_bytes, schema
 
 __all__ = [
     "ConfigArg",
@@ -97,17 +97,18 @@ def pct(value: float) -> str:
 
 def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [
-        ("rounds", f"{summary['rounds']:.0f}"),
-        ("final accuracy", pct(float(summary["final_accuracy"]))),
-        ("best accuracy", pct(float(summary["best_accuracy"]))),
-        ("uplink bytes", format_bytes(summary["total_bytes_up"])),
-        ("downlink bytes", format_bytes(summary["total_bytes_down"])),
-        ("updates sent", f"{summary['updates_sent']:.0f}"),
-        ("simulated network time", f"{summary['sim_time_s']:.2f} s"),
-        ("wall time", f"{summary['wall_s']:.2f} s"),
+        ("rounds", f"{summary[schema.ROUNDS]:.0f}"),
+        ("final accuracy", pct(float(summary[schema.FINAL_ACCURACY]))),
+        ("best accuracy", pct(float(summary[schema.BEST_ACCURACY]))),
+        ("uplink bytes", format_bytes(summary[schema.TOTAL_BYTES_UP])),
+        ("downlink bytes", format_bytes(summary[schema.TOTAL_BYTES_DOWN])),
+        ("updates sent", f"{summary[schema.UPDATES_SENT]:.0f}"),
+        ("simulated network time", f"{summary[schema.SIM_TIME_S]:.2f} s"),
+        ("wall time", f"{summary[schema.WALL_S]:.2f} s"),
     ]
-    if "last_epsilon" in summary:
-        rows.append(("privacy spent (epsilon)", f"{summary['last_epsilon']:.3f}"))
+    epsilon = schema.summary_key(schema.EPSILON)
+    if epsilon in summary:
+        rows.append(("privacy spent (epsilon)", f"{summary[epsilon]:.3f}"))
     return rows
 
 

@@ -53,7 +53,7 @@ def show_comparison(
     csv_path: Path | None = None,
 ) -> None:
     """Prints the results table of `paths` and writes its figure (and exports)."""
-    from thinwire.plots import plot_groups
+    from thinwire.metrics.plots import plot_groups
     from thinwire.results import common_target, group_rows, group_runs, load_runs
 
     try:

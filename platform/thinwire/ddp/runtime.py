@@ -52,8 +52,7 @@ from thinwire.ddp.collectives import (
     gathered_overhead,
 )
 from thinwire.learning import load_federation
-from thinwire.metrics import Record, RunRecorder
-from thinwire.privacy import EPSILON_METRIC
+from thinwire.metrics import RoundCounts, RoundRecord, RunRecorder, round_record
 from thinwire.server import Aggregator, sample_clients
 
 __all__ = ["RankFailure", "RankResult", "launch", "run_rank", "run_torchrun_rank"]
@@ -66,7 +65,7 @@ class RankFailure(RuntimeError):
 class RankResult(NamedTuple):
     """What a rank ends a run with."""
 
-    records: list[Record]  # the round records (rank 0; [] on the other ranks)
+    records: list[RoundRecord]  # the round records (rank 0; [] on the other ranks)
     model: dict[str, torch.Tensor]  # the final global model (the same on every rank)
     run_dir: Path | None  # the run folder rank 0 wrote; None on the other ranks
 
@@ -162,30 +161,29 @@ def run_rank(experiment: Experiment, *, run_dir: Path | None = None) -> RankResu
             evaluated = round % experiment.train.eval_every == 0 or round == rounds
             evaluation = aggregator.evaluate(x_test, y_test) if evaluated else None
             losses = [infos[c][0] for c in participants if not math.isnan(infos[c][0])]
-            record: Record = {
-                "round": round,
-                "accuracy": evaluation.accuracy if evaluation else math.nan,
-                "loss": evaluation.loss if evaluation else math.nan,
-                "train_loss": sum(losses) / len(losses) if losses else math.nan,
-                "bytes_up": bytes_up,
-                "bytes_down": 0,
-                "cum_bytes_up": cum_up,
-                "cum_bytes_down": 0,
-                "updates_sent": sum(1 for c in participants if blobs[c]),
-                "sim_time_s": 0.0,
-                "compute_s": max(infos[c][1] for c in participants),
-                "wall_s": time.perf_counter() - start,
-                "comm_s": comm_s,
+            record = round_record(
+                round=round,
+                evaluation=evaluation,
+                train_losses=losses,
+                bytes_up=bytes_up,
+                bytes_down=0,
+                cum_bytes_up=cum_up,
+                cum_bytes_down=0,
+                updates_sent=sum(1 for c in participants if blobs[c]),
+                sim_time_s=0.0,
+                compute_s=max(infos[c][1] for c in participants),
+                wall_s=time.perf_counter() - start,
+                comm_s=comm_s,
                 # Sizes and padding of the update all-gather, and the round's statistics.
-                "overhead_bytes": gathered_overhead([len(b) for b in blobs]) + 24 * world,
-                "participants": len(participants),
-                "rejected": len(outcome.rejected),
-                "censored": len(outcome.silent),
-                "reused": len(outcome.reused),
-            }
+                overhead_bytes=gathered_overhead([len(b) for b in blobs]) + 24 * world,
+                participants=len(participants),
+                rejected=len(outcome.rejected),
+                censored=len(outcome.silent),
+                reused=len(outcome.reused),
+            )
             if experiment.privacy is not None:
                 spent_all = [infos[c][2] for c in range(world) if not math.isnan(infos[c][2])]
-                record[EPSILON_METRIC] = max(spent_all, default=0.0)
+                record.update(RoundCounts(epsilon=max(spent_all, default=0.0)))
             recorder.add(record)
         if recorder is not None:
             recorder.close()

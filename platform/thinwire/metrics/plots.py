@@ -13,7 +13,10 @@ import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
+
+from thinwire.metrics import schema
+from thinwire.metrics.schema import RoundRecord
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -22,26 +25,29 @@ if TYPE_CHECKING:
 __all__ = ["plot_comparison", "plot_groups", "plot_run"]
 
 _Curve = tuple[list[float], list[float], list[float]]  # x, mean, std
+_Records = Sequence[RoundRecord]
+
+_CUM_BYTES_TOTAL = "cum_bytes_total"  # an x axis: cumulative uplink plus downlink bytes
 
 
-def plot_run(records: Sequence[Mapping[str, float]], path: Path, *, title: str = "") -> None:
+def plot_run(records: _Records, path: Path, *, title: str = "") -> None:
     """One run's four panels: accuracy (rounds, uplink bytes), loss, bytes per round."""
     plt = _pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     (by_round, by_bytes), (loss, traffic) = axes
-    rounds = [float(r["round"]) for r in records]
-    accuracy = _evaluated(records, "accuracy")
+    rounds = [float(r[schema.ROUND]) for r in records]
+    accuracy = _evaluated(records, schema.ACCURACY)
     by_round.plot(*_pairs(rounds, accuracy, scale=100), marker=".", markersize=3)
-    cum_up = [float(r["cum_bytes_up"]) for r in records]
+    cum_up = [float(r[schema.CUM_BYTES_UP]) for r in records]
     by_bytes.plot(*_pairs(cum_up, accuracy, scale=100), marker=".", markersize=3)
     _label(by_round, "round", "test accuracy (%)")
     _label(by_bytes, "cumulative uplink bytes", "test accuracy (%)", log_x=any(cum_up))
-    loss.plot(*_pairs(rounds, _evaluated(records, "loss")), label="test")
-    loss.plot(rounds, [float(r["train_loss"]) for r in records], label="train (clients)")
+    loss.plot(*_pairs(rounds, _evaluated(records, schema.LOSS)), label="test")
+    loss.plot(rounds, [float(r[schema.TRAIN_LOSS]) for r in records], label="train (clients)")
     _label(loss, "round", "loss")
     loss.legend(fontsize=8)
-    for key, name in (("bytes_up", "uplink"), ("bytes_down", "downlink")):
-        values = [float(r[key]) for r in records]
+    for key, name in ((schema.BYTES_UP, "uplink"), (schema.BYTES_DOWN, "downlink")):
+        values = [float(r[key]) for r in _rows(records)]
         if any(values):
             traffic.plot(rounds, values, label=name)
     _label(traffic, "round", "bytes per round", log_y=True)
@@ -50,9 +56,7 @@ def plot_run(records: Sequence[Mapping[str, float]], path: Path, *, title: str =
     _save(plt, fig, path, title)
 
 
-def plot_groups(
-    groups: Mapping[str, Sequence[Sequence[Mapping[str, float]]]], path: Path, *, title: str = ""
-) -> None:
+def plot_groups(groups: Mapping[str, Sequence[_Records]], path: Path, *, title: str = "") -> None:
     """Mean curves with ± std bands per group.
 
     Panels: accuracy against rounds, cumulative uplink bytes and cumulative total bytes;
@@ -64,13 +68,13 @@ def plot_groups(
     for label, runs in groups.items():
         color = by_round.plot([], [])[0].get_color()
         for ax, x_key, y_key, scale in (
-            (by_round, "round", "accuracy", 100.0),
-            (by_up, "cum_bytes_up", "accuracy", 100.0),
-            (by_total, "cum_bytes_total", "accuracy", 100.0),
-            (loss, "round", "loss", 1.0),
+            (by_round, schema.ROUND, schema.ACCURACY, 100.0),
+            (by_up, schema.CUM_BYTES_UP, schema.ACCURACY, 100.0),
+            (by_total, _CUM_BYTES_TOTAL, schema.ACCURACY, 100.0),
+            (loss, schema.ROUND, schema.LOSS, 1.0),
         ):
             x, mean, std = _mean_curve(runs, x_key, y_key)
-            if not x or (x_key != "round" and not any(x)):
+            if not x or (x_key != schema.ROUND and not any(x)):
                 continue
             shown = [m * scale for m in mean]
             ax.plot(x, shown, color=color, label=label if ax is by_round else None)
@@ -89,26 +93,24 @@ def plot_groups(
     _save(plt, fig, path, title, layout=len(labels) <= 1)
 
 
-def plot_comparison(
-    runs: Mapping[str, Sequence[Mapping[str, float]]], path: Path, *, title: str = ""
-) -> None:
+def plot_comparison(runs: Mapping[str, _Records], path: Path, *, title: str = "") -> None:
     """`plot_groups` with one run per line."""
     plot_groups({label: [records] for label, records in runs.items()}, path, title=title)
 
 
-def _mean_curve(runs: Sequence[Sequence[Mapping[str, float]]], x_key: str, y_key: str) -> _Curve:
+def _mean_curve(runs: Sequence[_Records], x_key: str, y_key: str) -> _Curve:
     by_round: dict[int, list[tuple[float, float]]] = {}
     for records in runs:
-        for r in records:
+        for r in _rows(records):
             y = float(r.get(y_key, math.nan))
             if math.isnan(y):
                 continue
             x = (
-                float(r["cum_bytes_up"]) + float(r["cum_bytes_down"])
-                if x_key == "cum_bytes_total"
+                float(r[schema.CUM_BYTES_UP]) + float(r[schema.CUM_BYTES_DOWN])
+                if x_key == _CUM_BYTES_TOTAL
                 else float(r[x_key])
             )
-            by_round.setdefault(int(r["round"]), []).append((x, y))
+            by_round.setdefault(int(r[schema.ROUND]), []).append((x, y))
     xs, means, stds = [], [], []
     for round in sorted(by_round):
         points = by_round[round]
@@ -119,8 +121,13 @@ def _mean_curve(runs: Sequence[Sequence[Mapping[str, float]]], x_key: str, y_key
     return xs, means, stds
 
 
-def _evaluated(records: Sequence[Mapping[str, float]], key: str) -> list[float]:
-    return [float(r.get(key, math.nan)) for r in records]
+def _evaluated(records: _Records, key: str) -> list[float]:
+    return [float(r.get(key, math.nan)) for r in _rows(records)]
+
+
+def _rows(records: _Records) -> Sequence[Mapping[str, float]]:
+    """Records as mappings, to be read by a key chosen at run time."""
+    return cast(Sequence[Mapping[str, float]], records)
 
 
 def _pairs(xs: Sequence[float], ys: Sequence[float], scale: float = 1.0) -> list[list[float]]:

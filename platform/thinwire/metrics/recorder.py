@@ -1,8 +1,7 @@
-"""Round records, the run folder, the live progress display, and plots.
+"""The run folder: a run's config, its round records as they come, its summary and curves.
 
-Every runtime reports one *round record* per round: a flat mapping of metric names to
-numbers. The core keys below are always present; a runtime or policy adds its own (e.g.
-`censored`, `epsilon`, `consensus_distance`). A `RunRecorder` writes them to the run folder:
+A `RunRecorder` writes the round records (`thinwire.metrics.schema.RoundRecord`) every
+runtime reports to the run folder:
 
     runs/<name>-<YYYYmmdd-HHMMSS>/
         config.yaml     the resolved experiment
@@ -22,58 +21,22 @@ import csv
 import datetime as _dt
 import json
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, cast
 
 import yaml
 
 from thinwire.config import Experiment
+from thinwire.metrics import schema
+from thinwire.metrics.schema import CORE_KEYS, RoundRecord, undefined_keys
 
-__all__ = [
-    "CORE_KEYS",
-    "RUN_STATUSES",
-    "Record",
-    "RoundProgress",
-    "RunRecorder",
-    "format_bytes",
-    "load_records",
-    "new_run_dir",
-    "round_line",
-    "summarize",
-]
-
-Record = dict[str, float | int]
-
-CORE_KEYS = (
-    "round",  # 1-based round number
-    "accuracy",  # test accuracy of the global (or average) model, NaN when not evaluated
-    "loss",  # test loss, NaN when not evaluated
-    "train_loss",  # mean local training loss of the round's senders
-    "bytes_up",  # serialized update bytes that crossed the uplink this round
-    "bytes_down",  # serialized bytes sent down this round (all recipients)
-    "cum_bytes_up",
-    "cum_bytes_down",
-    "updates_sent",  # updates that were sent (not censored / silent)
-    "sim_time_s",  # simulated network time of the round (channel model)
-    "compute_s",  # measured compute time of the round (slowest participant)
-    "wall_s",  # measured wall-clock time of the round
-)
+__all__ = ["RUN_STATUSES", "RunRecorder", "load_records", "new_run_dir", "summarize"]
 
 
 RUN_STATUSES = ("running", "finished", "failed", "interrupted")
 """The `status` of a run folder's `summary.json`."""
-
-
-def format_bytes(n: float) -> str:
-    """Human-readable byte count (decimal units, as link speeds are)."""
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1000
-    raise AssertionError("unreachable")
 
 
 def new_run_dir(output: Path, name: str) -> Path:
@@ -88,26 +51,27 @@ def new_run_dir(output: Path, name: str) -> Path:
     return path
 
 
-def summarize(records: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """Final and best accuracy and totals of a run's records."""
+def summarize(records: Sequence[RoundRecord]) -> dict[str, float]:
+    """Final and best accuracy and totals of a run's records (`schema.SUMMARY_KEYS`)."""
     if not records:
         return {}
-    evaluated = [r for r in records if not math.isnan(float(r.get("accuracy", math.nan)))]
+    rows = cast(Sequence[Mapping[str, float]], records)
+    evaluated = [r for r in rows if not math.isnan(float(r.get(schema.ACCURACY, math.nan)))]
     last = records[-1]
     summary = {
-        "rounds": float(last["round"]),
-        "final_accuracy": float(evaluated[-1]["accuracy"]) if evaluated else math.nan,
-        "best_accuracy": max((float(r["accuracy"]) for r in evaluated), default=math.nan),
-        "final_loss": float(evaluated[-1]["loss"]) if evaluated else math.nan,
-        "total_bytes_up": float(last["cum_bytes_up"]),
-        "total_bytes_down": float(last["cum_bytes_down"]),
-        "updates_sent": float(sum(r["updates_sent"] for r in records)),
-        "sim_time_s": float(sum(r["sim_time_s"] for r in records)),
-        "wall_s": float(sum(r["wall_s"] for r in records)),
+        schema.ROUNDS: float(last[schema.ROUND]),
+        schema.FINAL_ACCURACY: (float(evaluated[-1][schema.ACCURACY]) if evaluated else math.nan),
+        schema.BEST_ACCURACY: max((float(r[schema.ACCURACY]) for r in evaluated), default=math.nan),
+        schema.FINAL_LOSS: float(evaluated[-1][schema.LOSS]) if evaluated else math.nan,
+        schema.TOTAL_BYTES_UP: float(last[schema.CUM_BYTES_UP]),
+        schema.TOTAL_BYTES_DOWN: float(last[schema.CUM_BYTES_DOWN]),
+        schema.UPDATES_SENT: float(sum(r[schema.UPDATES_SENT] for r in records)),
+        schema.SIM_TIME_S: float(sum(r[schema.SIM_TIME_S] for r in records)),
+        schema.WALL_S: float(sum(r[schema.WALL_S] for r in records)),
     }
-    for key in sorted(set().union(*records) - set(CORE_KEYS)):
-        values = [float(r[key]) for r in records if key in r]
-        summary[f"last_{key}"] = values[-1]
+    for key in sorted(set().union(*rows) - set(CORE_KEYS)):
+        values = [float(r[key]) for r in rows if key in r]
+        summary[schema.summary_key(key)] = values[-1]
     return summary
 
 
@@ -139,24 +103,34 @@ class RunRecorder:
         self.dir.mkdir(parents=True, exist_ok=True)
         jsonl = self.dir / "metrics.jsonl"
         if keep_rounds is None:
-            self.records: list[Record] = []
+            self.records: list[RoundRecord] = []
             config = experiment.model_dump(mode="json")
             (self.dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         else:
             kept = load_records(self.dir) if jsonl.is_file() else []
-            self.records = [r for r in kept if int(r["round"]) <= keep_rounds]
+            self.records = [r for r in kept if int(r[schema.ROUND]) <= keep_rounds]
         self._jsonl = jsonl.open("w")
         for record in self.records:
             self._jsonl.write(json.dumps(record, allow_nan=True) + "\n")
         self._jsonl.flush()
         self._write_summary("running")
 
-    def add(self, record: Mapping[str, float | int]) -> None:
-        """Appends one round's record (flushed at once, so a crash keeps finished rounds)."""
+    def add(self, record: RoundRecord) -> None:
+        """Appends one round's record (flushed at once, so a crash keeps finished rounds).
+
+        Raises:
+            ValueError: the record lacks a core key or holds one the schema does not define.
+        """
         missing = [k for k in CORE_KEYS if k not in record]
         if missing:
             raise ValueError(f"round record lacks {missing}")
-        self.records.append(dict(record))
+        unknown = undefined_keys(record)
+        if unknown:
+            raise ValueError(
+                f"round record holds {unknown}, which thinwire.metrics.schema does not "
+                "define; add each key there (KEYS and RoundCounts)"
+            )
+        self.records.append(cast(RoundRecord, dict(record)))
         self._jsonl.write(json.dumps(record, allow_nan=True) + "\n")
         self._jsonl.flush()
 
@@ -173,7 +147,7 @@ class RunRecorder:
             writer.writerows(self.records)
         summary = self._write_summary(status, error)
         if self.records:
-            from thinwire.plots import plot_run  # matplotlib loads only when a run ends
+            from thinwire.metrics.plots import plot_run  # matplotlib loads when a run ends
 
             plot_run(self.records, self.dir / "curves.png", title=self.experiment.name)
         return summary
@@ -181,12 +155,12 @@ class RunRecorder:
     def _write_summary(self, status: str, error: str | None = None) -> dict[str, float]:
         summary = summarize(self.records)
         document: dict[str, Any] = {
-            "status": status,
-            "rounds_planned": self.experiment.train.rounds,
+            schema.STATUS: status,
+            schema.ROUNDS_PLANNED: self.experiment.train.rounds,
             **summary,
         }
         if error is not None:
-            document["error"] = error
+            document[schema.ERROR] = error
         path = self.dir / "summary.json"
         partial = path.with_name(path.name + ".partial")
         partial.write_text(json.dumps(document, indent=2, allow_nan=True))
@@ -212,88 +186,9 @@ class RunRecorder:
             self._finish("failed", f"{type(exc).__name__}: {exc}")
 
 
-def load_records(run_dir: str | Path) -> list[Record]:
-    """The records of a run folder (from metrics.jsonl)."""
+def load_records(run_dir: str | Path) -> list[RoundRecord]:
+    """The records of a run folder (from metrics.jsonl), keys as they were written."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a thinwire run folder (no metrics.jsonl)")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-class RoundProgress:
-    """Live progress of a run: a rich bar on a terminal, one line per round off it.
-
-    `mode="bar"` shows the live round, accuracy, loss and cumulative bytes; `"lines"` prints
-    the same as one flushed line per round (for nohup, batch systems, CI logs, where a bar
-    shows nothing until the end); `"off"` prints nothing. All go to stderr.
-    """
-
-    def __init__(
-        self,
-        total_rounds: int,
-        *,
-        description: str,
-        mode: Literal["bar", "lines", "off"] = "bar",
-    ) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        self.mode = mode
-        self.total = total_rounds
-        self.description = description
-        self._progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[status]}"),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            disable=mode != "bar",
-            transient=False,
-        )
-        self._task = self._progress.add_task(description, total=total_rounds, status="")
-
-    def update(self, record: Mapping[str, float]) -> None:
-        """Advances to the record's round and shows its numbers."""
-        if self.mode == "lines":
-            sys.stderr.write(round_line(record, self.total, self.description) + "\n")
-            sys.stderr.flush()
-            return
-        acc = float(record.get("accuracy", math.nan))
-        status = (
-            f"acc {acc:6.2%}  loss {float(record.get('loss', math.nan)):.3f}  "
-            f"up {format_bytes(float(record['cum_bytes_up']))}"
-            if not math.isnan(acc)
-            else f"up {format_bytes(float(record['cum_bytes_up']))}"
-        )
-        self._progress.update(self._task, completed=int(record["round"]), status=status)
-
-    def __enter__(self) -> RoundProgress:
-        self._progress.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._progress.stop()
-
-
-def round_line(record: Mapping[str, float], total_rounds: int, name: str) -> str:
-    """One round as a log line: `name round r/R acc .. loss .. up .. down .. time`."""
-    acc, loss = float(record.get("accuracy", math.nan)), float(record.get("loss", math.nan))
-    measured = f"acc {acc:6.2%}  loss {loss:.4f}  " if not math.isnan(acc) else ""
-    return (
-        f"{name}  round {int(record['round'])}/{total_rounds}  {measured}"
-        f"up {format_bytes(float(record['cum_bytes_up']))}  "
-        f"down {format_bytes(float(record['cum_bytes_down']))}  "
-        f"{float(record.get('wall_s', 0.0)):.2f} s"
-    )
