@@ -37,7 +37,7 @@ from rich.console import Console
 from rich.table import Table
 
 from thinwire.config import parse_config
-from thinwire.metrics import format_bytes
+from thinwire.metrics import format_bytes, schema
 from thinwire.topologies.runtime.simulation import simulate_gossip
 
 TOP_1 = {"select": {"kind": "topk", "density": 0.01}}
@@ -89,14 +89,14 @@ def run(seed: int, rounds: int, sections: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     result = simulate_gossip(experiment(seed, rounds, **sections))
     records = result.records
-    accuracies = [r["accuracy"] for r in records if not math.isnan(r["accuracy"])]
+    accuracies = [r[schema.ACCURACY] for r in records if not math.isnan(r[schema.ACCURACY])]
     return {
         "seed": seed,
         "final_accuracy": accuracies[-1],
         "late_accuracy": statistics.fmean(accuracies[-3:]),
-        "bytes": records[-1]["cum_bytes_up"],
-        "consensus_distance": records[-1]["consensus_distance"],
-        "fired": sum(r["fired"] for r in records) / (16 * rounds),
+        "bytes": records[-1][schema.CUM_BYTES_UP],
+        "consensus_distance": records[-1][schema.CONSENSUS_DISTANCE],
+        "fired": sum(r[schema.FIRED] for r in records) / (16 * rounds),
         "wall_s": time.perf_counter() - start,
         "curve": [
             {k: r[k] for k in ("round", "accuracy", "cum_bytes_up", "consensus_distance")}

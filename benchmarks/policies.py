@@ -44,8 +44,8 @@ from rich.table import Table
 
 from thinwire.channel import aloha_success_probability
 from thinwire.config import Experiment, load_config
-from thinwire.metrics import Record, format_bytes
-from thinwire.plots import plot_comparison
+from thinwire.metrics import RoundRecord, format_bytes, schema
+from thinwire.metrics.plots import plot_comparison
 from thinwire.simulate import simulate
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -60,19 +60,21 @@ def experiment(name: str, overrides: Sequence[str], seed: int, quick: bool) -> E
     return load_config(EXAMPLES / name, [*overrides, *extra])
 
 
-def run(config: Experiment) -> list[Record]:
+def run(config: Experiment) -> list[RoundRecord]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the seeded-DP-noise notice, once per client
         return simulate(config).records
 
 
-def accuracies(records: Sequence[Record]) -> list[tuple[int, float]]:
+def accuracies(records: Sequence[RoundRecord]) -> list[tuple[int, float]]:
     return [
-        (int(r["round"]), float(r["accuracy"])) for r in records if r["accuracy"] == r["accuracy"]
+        (int(r[schema.ROUND]), float(r[schema.ACCURACY]))
+        for r in records
+        if r[schema.ACCURACY] == r[schema.ACCURACY]
     ]
 
 
-def tail_accuracy(records: Sequence[Record]) -> float:
+def tail_accuracy(records: Sequence[RoundRecord]) -> float:
     evaluated = accuracies(records)
     last = max(1, len(evaluated) // 5)
     return statistics.mean(a for _, a in evaluated[-last:])
@@ -84,12 +86,12 @@ def mean_sd(values: Sequence[float]) -> str:
     return f"{statistics.mean(values):.2%} ± {statistics.stdev(values):.2%}"
 
 
-def uploads_to(records: Sequence[Record], target: float) -> float:
+def uploads_to(records: Sequence[RoundRecord], target: float) -> float:
     """Cumulative uploads when the accuracy first reaches `target` (inf if never)."""
     sent = 0
     for r in records:
-        sent += int(r["updates_sent"])
-        if r["accuracy"] == r["accuracy"] and r["accuracy"] >= target:
+        sent += int(r[schema.UPDATES_SENT])
+        if r[schema.ACCURACY] == r[schema.ACCURACY] and r[schema.ACCURACY] >= target:
             return sent
     return math.inf
 
@@ -99,8 +101,8 @@ Variant = tuple[str, str, list[str]]  # label, example file, overrides
 
 def run_variants(
     variants: Sequence[Variant], seeds: int, quick: bool
-) -> dict[str, list[list[Record]]]:
-    runs: dict[str, list[list[Record]]] = {}
+) -> dict[str, list[list[RoundRecord]]]:
+    runs: dict[str, list[list[RoundRecord]]] = {}
     for label, name, overrides in variants:
         start = time.perf_counter()
         runs[label] = [run(experiment(name, overrides, s, quick)) for s in range(seeds)]
@@ -108,7 +110,7 @@ def run_variants(
     return runs
 
 
-def plot(runs: dict[str, list[list[Record]]], out: Path, name: str, title: str) -> None:
+def plot(runs: dict[str, list[list[RoundRecord]]], out: Path, name: str, title: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     plot_comparison({label: r[0] for label, r in runs.items()}, out / name, title=title)
 
@@ -149,19 +151,21 @@ def censoring(seeds: int, quick: bool, out: Path) -> tuple[Table, list[dict[str,
         runs = run_variants(variants, seeds, quick)
         plot(runs, out, f"censor-{task.split()[0]}.png", f"CSGD censoring, {task}")
         reference = runs["always-send"]
-        always_uploads = statistics.mean(sum(r["updates_sent"] for r in rs) for rs in reference)
-        targets = [0.995 * rs[-1]["accuracy"] for rs in reference]
+        always_uploads = statistics.mean(
+            sum(r[schema.UPDATES_SENT] for r in rs) for rs in reference
+        )
+        targets = [0.995 * rs[-1][schema.ACCURACY] for rs in reference]
         for label, per_seed in runs.items():
-            uploads = statistics.mean(sum(r["updates_sent"] for r in rs) for rs in per_seed)
+            uploads = statistics.mean(sum(r[schema.UPDATES_SENT] for r in rs) for rs in per_seed)
             to_target = [uploads_to(rs, t) for rs, t in zip(per_seed, targets, strict=True)]
             row = {
                 "task": task,
                 "policy": label,
                 "acc": [tail_accuracy(rs) for rs in per_seed],
-                "final_acc": [float(rs[-1]["accuracy"]) for rs in per_seed],
+                "final_acc": [float(rs[-1][schema.ACCURACY]) for rs in per_seed],
                 "uploads": uploads,
                 "saved": 1.0 - uploads / always_uploads,
-                "bytes_up": statistics.mean(float(rs[-1]["cum_bytes_up"]) for rs in per_seed),
+                "bytes_up": statistics.mean(float(rs[-1][schema.CUM_BYTES_UP]) for rs in per_seed),
                 "uploads_to_target": statistics.mean(to_target),
             }
             rows.append(row)
@@ -216,8 +220,8 @@ def random_access(seeds: int, quick: bool, out: Path) -> tuple[Table, list[dict[
     rows = []
     for label, per_seed in runs.items():
         frames = sum(len(rs) for rs in per_seed)
-        success = sum(r["slot_successes"] for rs in per_seed for r in rs) / (frames * slots)
-        collisions = sum(r["slot_collisions"] for rs in per_seed for r in rs) / frames
+        success = sum(r[schema.SLOT_SUCCESSES] for rs in per_seed for r in rs) / (frames * slots)
+        collisions = sum(r[schema.SLOT_COLLISIONS] for rs in per_seed for r in rs) / frames
         row = {
             "rule": label,
             "acc": [tail_accuracy(rs) for rs in per_seed],
@@ -225,8 +229,8 @@ def random_access(seeds: int, quick: bool, out: Path) -> tuple[Table, list[dict[
             "success_per_slot": success,
             "analytic": analytic.get(label, math.nan),
             "collisions_per_round": collisions,
-            "uploads": statistics.mean(sum(r["updates_sent"] for r in rs) for rs in per_seed),
-            "bytes_up": statistics.mean(float(rs[-1]["cum_bytes_up"]) for rs in per_seed),
+            "uploads": statistics.mean(sum(r[schema.UPDATES_SENT] for r in rs) for rs in per_seed),
+            "bytes_up": statistics.mean(float(rs[-1][schema.CUM_BYTES_UP]) for rs in per_seed),
         }
         rows.append(row)
         table.add_row(
@@ -264,15 +268,15 @@ def privacy(seeds: int, quick: bool, out: Path) -> tuple[Table, list[dict[str, A
     for column in ("method", "acc", "final acc", "epsilon spent", "uplink", "vs DP-SGD"):
         table.add_column(column, justify="left" if column == "method" else "right")
     rows = []
-    dense_bytes = statistics.mean(float(rs[-1]["cum_bytes_up"]) for rs in runs["DP-SGD"])
+    dense_bytes = statistics.mean(float(rs[-1][schema.CUM_BYTES_UP]) for rs in runs["DP-SGD"])
     for label, per_seed in runs.items():
-        spent = [float(rs[-1].get("epsilon", math.nan)) for rs in per_seed]
+        spent = [float(rs[-1].get(schema.EPSILON, math.nan)) for rs in per_seed]
         row = {
             "method": label,
             "acc": [tail_accuracy(rs) for rs in per_seed],
-            "final_acc": [float(rs[-1]["accuracy"]) for rs in per_seed],
+            "final_acc": [float(rs[-1][schema.ACCURACY]) for rs in per_seed],
             "epsilon": max(spent),
-            "bytes_up": statistics.mean(float(rs[-1]["cum_bytes_up"]) for rs in per_seed),
+            "bytes_up": statistics.mean(float(rs[-1][schema.CUM_BYTES_UP]) for rs in per_seed),
         }
         rows.append(row)
         table.add_row(

@@ -36,7 +36,7 @@ from rich.console import Console
 from rich.table import Table
 
 from thinwire.config import parse_config
-from thinwire.metrics import format_bytes
+from thinwire.metrics import format_bytes, schema
 from thinwire.simulate import simulate
 from thinwire.statetree import flatten
 
@@ -61,7 +61,7 @@ def experiment(clients: int, rounds: int):
 
 def child(clients: int, rounds: int) -> dict[str, float]:
     result = simulate(experiment(clients, rounds))
-    walls = [r["wall_s"] for r in result.records[1:]]
+    walls = [r[schema.WALL_S] for r in result.records[1:]]
     state_bytes = [
         sum(
             v.numel() * v.element_size() for v in flatten(s).values() if isinstance(v, torch.Tensor)
@@ -76,7 +76,7 @@ def child(clients: int, rounds: int) -> dict[str, float]:
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "state_bytes_per_client": statistics.mean(state_bytes),
         "residual_bytes": model_bytes,
-        "final_accuracy": result.records[-1]["accuracy"],
+        "final_accuracy": result.records[-1][schema.ACCURACY],
     }
 
 
@@ -130,8 +130,8 @@ def engine_child(engine: str, clients: int, rounds: int) -> dict[str, float]:
     with PeakMemory() as memory:
         if engine == "thinwire":
             result = simulate(flower_fedavg.experiment(clients, rounds))
-            round_s = [r["wall_s"] for r in result.records]
-            accuracy = result.records[-1]["accuracy"]
+            round_s = [r[schema.WALL_S] for r in result.records]
+            accuracy = result.records[-1][schema.ACCURACY]
         else:
             from flwr.simulation import run_simulation
 
