@@ -3,7 +3,8 @@
 Every runtime reports one `RoundRecord` per round, a flat mapping of key to number, built
 by `round_record` so the core keys are always there and every other key is one this module
 defines. `KEYS` gives each key's unit and meaning; the module-level constants (`ACCURACY`,
-`CUM_BYTES_UP`, ...) are the names readers index records with, so no key is spelled twice.
+`CUM_BYTES_UP`, ...) are the names readers index records with. The `TypedDict` fields repeat
+the names for the type checker (tests/metrics/test_schema.py holds the two equal).
 The keys are the column names of `metrics.jsonl` and `metrics.csv`: renaming one makes
 older run folders unreadable, so a key is added, never renamed.
 
@@ -220,18 +221,18 @@ def round_record(
         **counts: the runtime's own keys (`RoundCounts`), kept in the order given.
     """
     record: RoundRecord = {
-        "round": round,
-        "accuracy": evaluation.accuracy if evaluation else math.nan,
-        "loss": evaluation.loss if evaluation else math.nan,
-        "train_loss": sum(train_losses) / len(train_losses) if train_losses else math.nan,
-        "bytes_up": bytes_up,
-        "bytes_down": bytes_down,
-        "cum_bytes_up": cum_bytes_up,
-        "cum_bytes_down": cum_bytes_down,
-        "updates_sent": updates_sent,
-        "sim_time_s": sim_time_s,
-        "compute_s": compute_s,
-        "wall_s": wall_s,
+        ROUND: round,
+        ACCURACY: evaluation.accuracy if evaluation else math.nan,
+        LOSS: evaluation.loss if evaluation else math.nan,
+        TRAIN_LOSS: sum(train_losses) / len(train_losses) if train_losses else math.nan,
+        BYTES_UP: bytes_up,
+        BYTES_DOWN: bytes_down,
+        CUM_BYTES_UP: cum_bytes_up,
+        CUM_BYTES_DOWN: cum_bytes_down,
+        UPDATES_SENT: updates_sent,
+        SIM_TIME_S: sim_time_s,
+        COMPUTE_S: compute_s,
+        WALL_S: wall_s,
     }
     record.update(counts)
     return record
