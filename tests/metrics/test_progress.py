@@ -1,6 +1,8 @@
 """What a run shows while it goes: byte counts and round lines."""
 
 import math
+import subprocess
+import sys
 
 from thinwire.metrics import CORE_KEYS, format_bytes, round_line
 
@@ -19,3 +21,9 @@ def test_round_line_shows_accuracy_only_for_evaluated_rounds():
     )
     unevaluated = {**record, "accuracy": math.nan, "loss": math.nan}
     assert round_line(unevaluated, 10, "run") == "run  round 3/10  up 2.00 kB  down 0 B  0.50 s"
+
+
+def test_importing_metrics_loads_no_plotting():
+    probe = "import sys, thinwire.metrics; print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
