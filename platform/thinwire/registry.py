@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from thinwire.codecs.base import Codec, Quantizer, Selector, Transform
 
 __all__ = [
+    "AGGREGATION_RULES",
     "FEEDBACKS",
     "QUANTIZERS",
     "SELECTORS",
@@ -282,3 +283,6 @@ TRANSFORMS: Registry[Callable[[Any, int], Transform | None]] = Registry("transfo
 SELECTORS: Registry[Callable[[Any, int], Selector | None]] = Registry("selector")
 QUANTIZERS: Registry[Callable[[Any, int], Quantizer | None]] = Registry("quantizer")
 FEEDBACKS: Registry[Callable[[Any, Codec], Codec]] = Registry("feedback")  # wraps the chain
+
+# The star server's aggregation rule: `factory(section) -> Rule` (thinwire.server.rules).
+AGGREGATION_RULES: Registry[Callable[[Any], Any]] = Registry("aggregation rule")
