@@ -39,7 +39,7 @@ from thinwire.config._topology import (
     StarTopology,
     Topology,
 )
-from thinwire.plugins import PluginError, import_modules
+from thinwire.plugins import PluginError, import_modules, load_entry_points
 
 ModuleName = Annotated[str, Field(pattern=r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")]
 
@@ -96,6 +96,7 @@ class Experiment(Section):
     @classmethod
     def _import_plugins(cls, data: Any) -> Any:
         # Before any field: a plugin's kinds must be registered when its sections validate.
+        load_entry_points()
         names = data.get("plugins") if isinstance(data, Mapping) else None
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             return data  # not a list of names: the field's own validation says so
