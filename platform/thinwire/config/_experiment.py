@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,7 +12,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from thinwire.config._aggregation import AggregationConfig, aggregation_problems
 from thinwire.config._base import Section
-from thinwire.config._codec import CodecConfig, SharedMask
+from thinwire.config._codec import CodecConfig
 from thinwire.config._gossip import (
     SPARQ_CODEC,
     ChocoGossip,
@@ -221,18 +221,27 @@ class Experiment(Section):
                 "privacy calibrates its noise for a fixed batch size; "
                 "use policy.batch kind 'fixed' with privacy"
             )
-        if isinstance(self.codec.select, SharedMask):
-            if privacy is None or privacy.sparsity is None:
-                raise ValueError(
-                    "codec.select 'shared_mask' sends the DP sparsification mask's coordinates: "
-                    "set privacy.sparsity"
-                )
-            if self.codec.scope != "model":
-                raise ValueError(
-                    "codec.select 'shared_mask' needs codec.scope: model "
-                    "(the mask covers the flattened model)"
-                )
         return self
+
+    @model_validator(mode="after")
+    def _methods_fit(self) -> Experiment:
+        # Last: each method's own cross-section rule (Section.check_experiment).
+        for where, section in _sections(self, ""):
+            section.check_experiment(self, where)
+        return self
+
+
+def _sections(section: Section, path: str) -> Iterator[tuple[str, Section]]:
+    """Every section under `section` (not itself), depth first, with its dotted path."""
+    for name in type(section).model_fields:
+        value = getattr(section, name)
+        where = f"{path}.{name}" if path else name
+        items = enumerate(value) if isinstance(value, list | tuple) else [(None, value)]
+        for index, item in items:
+            if isinstance(item, Section):
+                at = where if index is None else f"{where}[{index}]"
+                yield at, item
+                yield from _sections(item, at)
 
 
 def _time_varying(topology: Topology) -> bool:
