@@ -24,8 +24,6 @@ from thinwire.config._gossip import (
 from thinwire.config._learning import MLP, DataConfig, ModelConfig, TrainConfig
 from thinwire.config._policy import (
     AlwaysSend,
-    CensorPolicy,
-    FixedBatch,
     Policy,
     RandomAccessPolicy,
 )
@@ -169,9 +167,8 @@ class Experiment(Section):
 
     @model_validator(mode="after")
     def _policy_fits(self) -> Experiment:
+        # random_access's own need of slots is its section's check (check_experiment).
         random_access = isinstance(self.policy, RandomAccessPolicy)
-        if random_access and self.channel.slots is None:
-            raise ValueError("policy random_access needs channel.slots (slots per round)")
         if self.channel.slots is not None and not random_access:
             raise ValueError("channel.slots applies only to policy kind 'random_access'")
         return self
@@ -211,15 +208,6 @@ class Experiment(Section):
             raise ValueError(
                 f"privacy trains the star's clients (topology: star), "
                 f"not the peers of topology {self.topology.kind!r}"
-            )
-        if (
-            privacy is not None
-            and isinstance(self.policy, CensorPolicy)
-            and not isinstance(self.policy.batch, FixedBatch)
-        ):
-            raise ValueError(
-                "privacy calibrates its noise for a fixed batch size; "
-                "use policy.batch kind 'fixed' with privacy"
             )
         return self
 
