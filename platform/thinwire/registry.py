@@ -50,6 +50,7 @@ from thinwire import plugins
 
 if TYPE_CHECKING:
     from thinwire.codecs.base import Codec, Quantizer, Selector, Transform
+    from thinwire.policies.base import Policy, PolicyContext
 
 __all__ = [
     "AGGREGATION_RULES",
@@ -285,8 +286,8 @@ SELECTORS: Registry[Callable[[Any, int], Selector | None]] = Registry("selector"
 QUANTIZERS: Registry[Callable[[Any, int], Quantizer | None]] = Registry("quantizer")
 FEEDBACKS: Registry[Callable[[Any, Codec], Codec]] = Registry("feedback")  # wraps the chain
 
-# Send policies: `factory(section, PolicyContext) -> Policy` (thinwire.policies).
-POLICIES: Registry[Callable[[Any, Any], Any]] = Registry("policy")
+# Send policies (built by thinwire.policies.build_policy, once per client):
+POLICIES: Registry[Callable[[Any, PolicyContext], Policy]] = Registry("policy")
 
 # The star server's aggregation rule: `factory(section) -> Rule` (thinwire.server.rules).
 AGGREGATION_RULES: Registry[Callable[[Any], Any]] = Registry("aggregation rule")
