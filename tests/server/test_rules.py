@@ -173,3 +173,34 @@ def test_signsgd_with_majority_vote_moves_every_coordinate_by_the_step_and_sends
     per_update = record["bytes_up"] / record["updates_sent"]
     assert n / 8 <= per_update <= n / 8 + 200
     assert n / 8 * 4 <= record["bytes_down"] <= (n / 8 + 200) * 4  # four clients
+
+
+def test_every_declared_rule_has_a_factory() -> None:
+    from thinwire.registry import AGGREGATION_RULES
+
+    assert set(AGGREGATION_RULES.kinds()) == {"mean", "trimmed_mean", "median", "sign_vote"}
+    for kind in AGGREGATION_RULES.kinds():
+        assert callable(AGGREGATION_RULES.factory(kind)), kind
+
+
+def test_a_registered_rule_validates_and_builds() -> None:
+    from typing import Literal
+
+    from thinwire.config import Section, parse_config
+    from thinwire.registry import AGGREGATION_RULES
+
+    class FirstRule(Section):
+        kind: Literal["first"] = "first"
+
+    saved = dict(AGGREGATION_RULES._entries)
+    AGGREGATION_RULES.register(
+        "first",
+        section=FirstRule,
+        factory=lambda section: lambda contributions: contributions[0][0],
+    )
+    try:
+        experiment = parse_config({"name": "t", "aggregation": {"rule": {"kind": "first"}}})
+        values = [({"w": torch.tensor([3.0])}, 1.0), ({"w": torch.tensor([5.0])}, 1.0)]
+        assert float(build_rule(experiment.aggregation)(values)["w"]) == 3.0
+    finally:
+        AGGREGATION_RULES._entries = saved
