@@ -170,3 +170,16 @@ def test_builtin_sections_validate_without_their_builders():
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["False", "False"], out.stderr
     assert TopK in SELECTORS.sections()
+
+
+def test_every_declared_kind_of_every_family_has_a_factory_once_its_builders_load():
+    import thinwire.codecs
+    import thinwire.learning
+    import thinwire.policies
+    import thinwire.server
+    import thinwire.topologies.graph
+    import thinwire.topologies.methods  # noqa: F401
+
+    for family, registry in registries().items():
+        for kind in registry.kinds():
+            assert callable(registry.factory(kind)), (family, kind)
