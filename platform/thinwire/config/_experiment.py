@@ -33,12 +33,7 @@ from thinwire.config._privacy import (
     PrivacyConfig,
 )
 from thinwire.config._runtime import ChannelConfig, FlowerRuntime, Runtime, SimulationRuntime
-from thinwire.config._topology import (
-    MatchingTopology,
-    RegularTopology,
-    StarTopology,
-    Topology,
-)
+from thinwire.config._topology import GraphSection, StarTopology, Topology
 from thinwire.plugins import PluginError, import_modules
 
 ModuleName = Annotated[str, Field(pattern=r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")]
@@ -235,9 +230,7 @@ class Experiment(Section):
 
 
 def _time_varying(topology: Topology) -> bool:
-    return isinstance(topology, MatchingTopology) or (
-        isinstance(topology, RegularTopology) and topology.time_varying
-    )
+    return isinstance(topology, GraphSection) and topology.draws_each_round()
 
 
 def _gossip_problems(experiment: Experiment) -> list[str]:
