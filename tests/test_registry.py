@@ -190,3 +190,16 @@ def test_a_registered_section_checks_the_experiment_it_is_in():
         assert parse_config({"name": "t", "codec": {**codec, "scope": "model"}}).codec.scope
     finally:
         SELECTORS._entries = saved
+
+
+def test_every_declared_kind_of_every_family_has_a_factory_once_its_builders_load():
+    import thinwire.codecs
+    import thinwire.learning
+    import thinwire.policies
+    import thinwire.server
+    import thinwire.topologies.graph
+    import thinwire.topologies.methods  # noqa: F401
+
+    for family, registry in registries().items():
+        for kind in registry.kinds():
+            assert callable(registry.factory(kind)), (family, kind)

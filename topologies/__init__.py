@@ -3,7 +3,7 @@
 - `thinwire.topologies.graph`: communication graphs, mixing weights and the round-by-round
   `GraphSchedule`, with summaries and drawings (`thinwire topology`).
 - `thinwire.topologies.methods`: the gossip methods (D-PSGD, CHOCO-SGD, SPARQ-SGD, JWINS),
-  transport-free round logic over bytes, and `build_node` / `register_method`.
+  transport-free round logic over bytes, and `build_node`.
 - `thinwire.topologies.transport`: the gRPC peer service and client, mailbox, admission
   limits, byte ledger and mutual TLS.
 - `thinwire.topologies.runtime`: `simulate_gossip` (all nodes in one process) and

@@ -53,10 +53,18 @@ if TYPE_CHECKING:
     from thinwire.policies.base import Policy, PolicyContext
 
 __all__ = [
+    "ACCESS_RULES",
     "AGGREGATION_RULES",
     "FEEDBACKS",
+    "GOSSIP",
+    "GRAPHS",
+    "MIXINGS",
+    "MODELS",
+    "OPTIMIZERS",
+    "PARTITIONS",
     "POLICIES",
     "QUANTIZERS",
+    "SCHEDULES",
     "SELECTORS",
     "TRANSFORMS",
     "Kinded",
@@ -291,3 +299,25 @@ POLICIES: Registry[Callable[[Any, PolicyContext], Policy]] = Registry("policy")
 
 # The star server's aggregation rule: `factory(section) -> Rule` (thinwire.server.rules).
 AGGREGATION_RULES: Registry[Callable[[Any], Any]] = Registry("aggregation rule")
+
+# Random-access rules of the random_access policy: `factory(section, PolicyContext, slots)
+# -> Policy` (thinwire.policies).
+ACCESS_RULES: Registry[Callable[[Any, Any, int], Any]] = Registry("access rule")
+
+# The learning stack (thinwire.learning):
+# models: `factory(section, input_shape, num_classes) -> nn.Module`, called on the meta
+# device (thinwire.learning.models materializes and seeds the weights);
+MODELS: Registry[Callable[[Any, tuple[int, ...], int], Any]] = Registry("model")
+# partitions: `factory(section, labels: np.ndarray, clients, rng) -> [indices per client]`;
+PARTITIONS: Registry[Callable[[Any, Any, int, Any], Any]] = Registry("partition")
+# local optimizers: `factory(section, parameters, lr) -> torch.optim.Optimizer`;
+OPTIMIZERS: Registry[Callable[[Any, Any, float], Any]] = Registry("optimizer")
+# learning-rate schedules: `factory(section, lr, round, rounds) -> float` (round from 1).
+SCHEDULES: Registry[Callable[[Any, float, int, int], float]] = Registry("schedule")
+
+# Decentralized runs (thinwire.topologies): graphs `factory(section, nodes, seed, round)
+# -> nx.Graph`, mixing rules `factory(section, graph) -> np.ndarray` (validated there),
+# gossip methods `factory(NodeCore, section) -> GossipNode`.
+GRAPHS: Registry[Callable[[Any, int, int, int], Any]] = Registry("topology")
+MIXINGS: Registry[Callable[[Any, Any], Any]] = Registry("mixing")
+GOSSIP: Registry[Callable[[Any, Any], Any]] = Registry("gossip method")

@@ -1,8 +1,22 @@
+from collections import OrderedDict
+from typing import Literal
+
 import pytest
 import torch
+from torch import nn
 
-from thinwire.config import CNN, MLP, LogisticRegression, ResNet20
-from thinwire.learning import build_model, model_state
+from thinwire.config import (
+    CNN,
+    MLP,
+    LogisticRegression,
+    PositiveInt,
+    ResNet20,
+    Section,
+    load_config,
+    parse_config,
+)
+from thinwire.learning import build_model, load_federation, model_state
+from thinwire.registry import MODELS
 
 IMAGE_SHAPES = [(1, 8, 8), (1, 28, 28), (3, 32, 32)]
 ALL_KINDS = [LogisticRegression(), MLP(hidden=[32, 16]), CNN(), ResNet20()]
@@ -136,3 +150,59 @@ def test_bad_shapes_and_class_counts_are_rejected():
         build_model(MLP(), (4,), 1, seed=0)
     with pytest.raises(ValueError, match="input_shape must be non-empty and positive"):
         build_model(MLP(), (0, 4), 3, seed=0)
+
+
+class TinyCNN(Section):
+    """One conv layer, global pooling and a linear head (a test kind)."""
+
+    kind: Literal["tiny_cnn"] = "tiny_cnn"
+    channels: PositiveInt = 4
+
+
+def _tiny_cnn(config: TinyCNN, shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    return nn.Sequential(
+        OrderedDict(
+            conv=nn.Conv2d(shape[0], config.channels, 3, padding=1),
+            relu=nn.ReLU(),
+            pool=nn.AdaptiveAvgPool2d(1),
+            flatten=nn.Flatten(),
+            head=nn.Linear(config.channels, num_classes),
+        )
+    )
+
+
+@pytest.fixture
+def tiny_cnn():
+    """`tiny_cnn` registered as a model for the test, removed after it."""
+    saved = dict(MODELS._entries)
+    MODELS.register("tiny_cnn", section=TinyCNN, factory=_tiny_cnn)
+    yield
+    MODELS._entries = saved
+
+
+def test_a_registered_model_validates_from_yaml_and_builds_seeded(tiny_cnn, tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("name: t\nmodel: {kind: tiny_cnn, channels: 6}\ntrain: {device: cpu}\n")
+    experiment = load_config(path)
+    assert experiment.model == TinyCNN(channels=6)
+    federation = load_federation(experiment)  # digits: (1, 8, 8), 10 classes
+    model = federation.workspace.model
+    assert model(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
+    again = build_model(experiment.model, (1, 8, 8), 10, seed=experiment.seed)
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(model_state(model).values(), model_state(again).values(), strict=True)
+    )
+    other = build_model(experiment.model, (1, 8, 8), 10, seed=experiment.seed + 1)
+    assert not torch.equal(model_state(again)["conv.weight"], model_state(other)["conv.weight"])
+
+
+def test_an_unknown_model_kind_names_the_registered_ones():
+    with pytest.raises(ValueError, match="unknown model kind 'nope'; expected one of cnn, logreg"):
+        parse_config({"name": "t", "model": {"kind": "nope"}})
+
+
+def test_every_declared_model_kind_has_a_factory():
+    assert MODELS.kinds() == ("cnn", "logreg", "mlp", "resnet20")
+    for kind in MODELS.kinds():
+        assert callable(MODELS.factory(kind)), kind

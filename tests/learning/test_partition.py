@@ -1,3 +1,6 @@
+from typing import Literal
+
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -7,10 +10,13 @@ from thinwire.config import (
     DataConfig,
     DirichletPartition,
     IIDPartition,
+    Section,
     ShardsPartition,
     SyntheticData,
+    parse_config,
 )
 from thinwire.learning import client_indices, load_dataset, partition
+from thinwire.registry import PARTITIONS
 
 # 10 classes x 1000 examples, in label order.
 LABELS = torch.arange(10).repeat_interleave(1000)
@@ -159,3 +165,47 @@ def test_client_indices_keeps_synthetic_data_s_own_split():
     assert all(torch.equal(a, b) for a, b in zip(parts, data.natural.train, strict=True))
     with pytest.raises(ValueError, match="generated for 4 clients but data.clients is 3"):
         client_indices(data, DataConfig(dataset="synthetic", clients=3), seed=0)
+
+
+class DealPartition(Section):
+    """Example i to client i mod clients, the first `skip` examples left out (a test kind)."""
+
+    kind: Literal["deal"] = "deal"
+    skip: int = 0
+
+
+def _deal(config: DealPartition, y: np.ndarray, clients: int, rng: np.random.Generator):
+    index = np.arange(config.skip, len(y))
+    return [index[index % clients == c] for c in range(clients)]
+
+
+@pytest.fixture
+def deal():
+    """`deal` registered as a partition for the test, removed after it."""
+    saved = dict(PARTITIONS._entries)
+    PARTITIONS.register("deal", section=DealPartition, factory=_deal)
+    yield
+    PARTITIONS._entries = saved
+
+
+def test_a_registered_partition_validates_from_yaml_and_splits(deal):
+    experiment = parse_config(
+        {"name": "t", "data": {"clients": 3, "partition": {"kind": "deal", "skip": 2}}}
+    )
+    assert experiment.data.partition == DealPartition(skip=2)
+    dataset = load_dataset(experiment.data, seed=0)
+    parts = client_indices(dataset, experiment.data, seed=0)
+    assert [p.dtype for p in parts] == [torch.int64] * 3
+    assert parts[0][:2].tolist() == [3, 6] and parts[2][:2].tolist() == [2, 5]
+    assert sum(len(p) for p in parts) == len(dataset.y_train) - 2
+
+
+def test_an_unknown_partition_kind_names_the_registered_ones():
+    with pytest.raises(ValueError, match="unknown partition kind 'nope'; expected one of dir"):
+        parse_config({"name": "t", "data": {"partition": {"kind": "nope"}}})
+
+
+def test_every_declared_partition_kind_has_a_factory():
+    assert PARTITIONS.kinds() == ("dirichlet", "iid", "shards")
+    for kind in PARTITIONS.kinds():
+        assert callable(PARTITIONS.factory(kind)), kind

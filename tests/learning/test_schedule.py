@@ -45,3 +45,11 @@ def test_inverse_time_is_lr_a_over_a_plus_t():
 def test_rounds_outside_the_run_are_rejected(round_):
     with pytest.raises(ValueError, match=r"round \d+ is outside the run's rounds \[1, 10\]"):
         learning_rate(_train({"kind": "constant"}), round_)
+
+
+def test_every_declared_schedule_kind_has_a_factory():
+    from thinwire.registry import SCHEDULES
+
+    assert SCHEDULES.kinds() == ("constant", "cosine", "inverse_time", "step")
+    for kind in SCHEDULES.kinds():
+        assert callable(SCHEDULES.factory(kind)), kind

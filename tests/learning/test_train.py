@@ -201,3 +201,11 @@ def test_bad_data_is_rejected_with_a_clear_error():
         evaluate(model, torch.zeros(0, 2), torch.zeros(0, dtype=torch.int64))
     with pytest.raises(ValueError, match="model on meta"):
         evaluate(model.to("meta"), torch.zeros(2, 2), torch.zeros(2, dtype=torch.int64))
+
+
+def test_every_declared_optimizer_kind_has_a_factory():
+    from thinwire.registry import OPTIMIZERS
+
+    assert OPTIMIZERS.kinds() == ("adam", "sgd")
+    for kind in OPTIMIZERS.kinds():
+        assert callable(OPTIMIZERS.factory(kind)), kind

@@ -110,3 +110,11 @@ def test_the_policy_section_is_validated(raw, message):
     with pytest.raises(ConfigError) as info:
         parse_config({"name": "t", **raw})
     assert message in str(info.value)
+
+
+def test_every_declared_access_rule_has_a_factory():
+    from thinwire.registry import ACCESS_RULES
+
+    assert ACCESS_RULES.kinds() == ("always", "aog", "round_robin", "uniform")
+    for kind in ACCESS_RULES.kinds():
+        assert callable(ACCESS_RULES.factory(kind)), kind

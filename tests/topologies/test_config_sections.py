@@ -39,7 +39,7 @@ def test_topology_kinds_parse_with_their_fields():
 @pytest.mark.parametrize(
     ("topology", "message"),
     [
-        ({"kind": "hypercube"}, "unknown kind 'hypercube'"),
+        ({"kind": "hypercube"}, "unknown topology kind 'hypercube'"),
         ({"kind": "erdos_renyi"}, "topology.p: required field is missing"),
         ({"kind": "erdos_renyi", "p": 0}, "topology.p: must be in (0, 1]"),
         ({"kind": "torus", "rows": 4}, "set both torus rows and cols, or neither"),
@@ -60,7 +60,7 @@ def test_topology_kinds_parse_with_their_fields():
             },
             "a mixing matrix file needs a fixed graph",
         ),
-        ({"kind": "ring", "mixing": {"kind": "sinkhorn"}}, "unknown kind 'sinkhorn'"),
+        ({"kind": "ring", "mixing": {"kind": "sinkhorn"}}, "unknown mixing kind 'sinkhorn'"),
     ],
 )
 def test_bad_topologies_name_the_field(topology, message):

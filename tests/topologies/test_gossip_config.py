@@ -93,7 +93,7 @@ def test_the_gossip_runtime_makes_even_a_star_graph_decentralized():
             {"topology": RING, "gossip": {"kind": "jwins", "alphas": [0.2, 1.5]}},
             "gossip.alphas[1]: must be in (0, 1]",
         ),
-        ({"topology": RING, "gossip": {"kind": "gradient_tracking"}}, "unknown kind"),
+        ({"topology": RING, "gossip": {"kind": "gradient_tracking"}}, "unknown gossip method kind"),
         (
             {"topology": RING, "codec": {"select": {"kind": "topk", "density": 0.1}}},
             "gossip.kind dpsgd sends full models; remove the codec section",

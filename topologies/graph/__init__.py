@@ -9,7 +9,6 @@ Importing this package loads no gRPC, TLS or plotting library.
 """
 
 from thinwire.topologies.graph.graphs import (
-    BUILDERS,
     GraphError,
     build_graph,
     derived_seed,
@@ -40,7 +39,6 @@ from thinwire.topologies.graph.summary import (
 )
 
 __all__ = [
-    "BUILDERS",
     "GraphError",
     "GraphSchedule",
     "MixingError",

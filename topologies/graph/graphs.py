@@ -10,6 +10,12 @@ error that names the components.
 Time-varying kinds (`matching`, and `regular` with `time_varying: true`) give a new graph
 every round; each round's graph may be disconnected, as long as the graphs connect over
 time. `GraphSchedule` (in `thinwire.topologies.graph.schedule`) serves them round by round.
+
+The builders are `thinwire.registry.GRAPHS` factories, registered here for the topology
+sections `thinwire.config` declares. A plugin adds a graph with `GRAPHS.register(kind,
+section=..., factory=...)`: its section subclasses `thinwire.config.GraphSection` (which
+carries `mixing` and says, by `draws_each_round`, whether it is redrawn every round), and
+`factory(section, nodes, seed, round)` returns a graph on nodes 0..n-1.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import networkx as nx
@@ -29,6 +35,7 @@ from thinwire.config import (
     EdgeListTopology,
     ErdosRenyiTopology,
     ExponentialTopology,
+    GraphSection,
     MatchingTopology,
     RegularTopology,
     RingTopology,
@@ -37,9 +44,9 @@ from thinwire.config import (
     Topology,
     TorusTopology,
 )
+from thinwire.registry import GRAPHS
 
 __all__ = [
-    "BUILDERS",
     "GraphError",
     "build_graph",
     "describe_components",
@@ -66,10 +73,8 @@ def derived_seed(seed: int, *path: int) -> int:
 
 
 def is_time_varying(config: Topology) -> bool:
-    """Whether `config` draws a new graph every round."""
-    return isinstance(config, MatchingTopology) or (
-        isinstance(config, RegularTopology) and config.time_varying
-    )
+    """Whether `config` draws a new graph every round (its section says so)."""
+    return isinstance(config, GraphSection) and config.draws_each_round()
 
 
 def describe_components(graph: nx.Graph, limit: int = 5) -> str:
@@ -276,23 +281,17 @@ def _small_world(config: SmallWorldTopology, nodes: int, seed: int, round: int) 
 
 # --------------------------------------------------------------------------- registry
 
-Builder = Callable[..., nx.Graph]
-"""`builder(config, nodes, seed, round) -> Graph` for one topology kind."""
-
-BUILDERS: Mapping[str, Builder] = {
-    "star": _star,
-    "ring": _ring,
-    "torus": _torus,
-    "complete": _complete,
-    "chain": _chain,
-    "regular": _regular,
-    "matching": _matching,
-    "erdos_renyi": _erdos_renyi,
-    "small_world": _small_world,
-    "exponential": _exponential,
-    "edges": _edge_file,
-}
-"""Every topology kind of the experiment schema, mapped to the function that builds it."""
+GRAPHS.register("star", section=StarTopology, factory=_star)
+GRAPHS.register("ring", section=RingTopology, factory=_ring)
+GRAPHS.register("torus", section=TorusTopology, factory=_torus)
+GRAPHS.register("complete", section=CompleteTopology, factory=_complete)
+GRAPHS.register("chain", section=ChainTopology, factory=_chain)
+GRAPHS.register("regular", section=RegularTopology, factory=_regular)
+GRAPHS.register("matching", section=MatchingTopology, factory=_matching)
+GRAPHS.register("erdos_renyi", section=ErdosRenyiTopology, factory=_erdos_renyi)
+GRAPHS.register("small_world", section=SmallWorldTopology, factory=_small_world)
+GRAPHS.register("exponential", section=ExponentialTopology, factory=_exponential)
+GRAPHS.register("edges", section=EdgeListTopology, factory=_edge_file)
 
 
 def build_graph(config: Topology, nodes: int, *, seed: int, round: int = 0) -> nx.Graph:
@@ -310,19 +309,13 @@ def build_graph(config: Topology, nodes: int, *, seed: int, round: int = 0) -> n
     Raises:
         GraphError: if the kind cannot be built on `nodes` nodes, or a fixed graph is
             disconnected (the message names the components).
+        ValueError: for a kind without a registered builder.
     """
     if nodes < 2:
         raise GraphError(f"a gossip graph needs at least 2 nodes, got {nodes}")
     if round < 0:
         raise ValueError(f"round must be >= 0, got {round}")
-    try:
-        builder = BUILDERS[config.kind]
-    except KeyError:
-        known = sorted(BUILDERS)
-        raise ValueError(
-            f"unknown topology kind {config.kind!r}; expected one of {known}"
-        ) from None
-    graph = builder(config, nodes, seed, round)
+    graph: nx.Graph = GRAPHS.factory(config.kind)(config, nodes, seed, round)
     graph.graph["kind"] = config.kind
     if not is_time_varying(config):
         require_connected(graph, f"the {config.kind} graph on {nodes} nodes")

@@ -13,17 +13,23 @@ Three sources, chosen by the topology's `mixing:` section:
   its row locally (decentralizepy's and CHOCO's choice).
 - Max-degree: w_ij = 1 / (max_deg + 1) on every edge; one weight for the whole graph.
 - A file (CSV or .npy) holding a matrix tuned elsewhere, checked like the others.
+
+Each source is a `thinwire.registry.MIXINGS` factory `(section, graph) -> W`, registered
+here for the sections `thinwire.config` declares; `mixing_matrix` validates whatever a
+factory returns, so a plugin's rule (`MIXINGS.register(kind, section=..., factory=...)`)
+is checked like these.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import networkx as nx
 import numpy as np
 
 from thinwire.config import MatrixFileWeights, MaxDegreeWeights, MetropolisHastingsWeights, Mixing
+from thinwire.registry import MIXINGS
 
 __all__ = [
     "MixingError",
@@ -134,17 +140,29 @@ def validate_mixing(weights: np.ndarray, graph: nx.Graph, *, atol: float = TOLER
 
 
 def mixing_matrix(config: Mixing, graph: nx.Graph) -> np.ndarray:
-    """The mixing matrix that the topology's `mixing:` section asks for, validated."""
-    match config:
-        case MetropolisHastingsWeights():
-            weights = metropolis_hastings(graph)
-        case MaxDegreeWeights():
-            weights = max_degree_weights(graph)
-        case MatrixFileWeights(path=path):
-            return load_mixing_matrix(path, graph)
-        case _:
-            raise ValueError(f"unknown mixing kind {config.kind!r}")
+    """The mixing matrix that the topology's `mixing:` section asks for, validated.
+
+    Raises:
+        MixingError: the matrix is not a valid mixing matrix of `graph`.
+        ValueError: for a mixing kind without a registered factory.
+    """
+    weights: np.ndarray = MIXINGS.factory(config.kind)(config, graph)
     return validate_mixing(weights, graph)
+
+
+def _from_file(config: MatrixFileWeights, graph: nx.Graph) -> np.ndarray:
+    return load_mixing_matrix(config.path, graph)
+
+
+def _rule(rule: Any) -> Any:
+    return lambda config, graph: rule(graph)
+
+
+MIXINGS.register(
+    "metropolis_hastings", section=MetropolisHastingsWeights, factory=_rule(metropolis_hastings)
+)
+MIXINGS.register("max_degree", section=MaxDegreeWeights, factory=_rule(max_degree_weights))
+MIXINGS.register("file", section=MatrixFileWeights, factory=_from_file)
 
 
 def spectrum(weights: np.ndarray) -> Spectrum:

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import networkx as nx
 import numpy as np
 
-from thinwire.config import Topology
+from thinwire.config import GraphSection, Topology
 from thinwire.topologies.graph.graphs import build_graph, is_time_varying
 from thinwire.topologies.graph.mixing import mixing_matrix
 
@@ -50,6 +50,8 @@ class GraphSchedule:
     def __init__(self, config: Topology, nodes: int, *, seed: int, cache_rounds: int = 8) -> None:
         if cache_rounds < 1:
             raise ValueError(f"cache_rounds must be >= 1, got {cache_rounds}")
+        if not isinstance(config, GraphSection):  # a plugin graph's section carries mixing too
+            raise TypeError(f"a topology section subclasses GraphSection, not {config!r}")
         self.config = config
         self.nodes = nodes
         self.seed = seed

@@ -1,11 +1,11 @@
 """Gossip methods: the round logic of a decentralized node, transport-free, over bytes.
 
-`build_node` makes the node that the `gossip:` section describes (`register_method` adds a
-kind): `DPSGDNode` (exact averaging), `ChocoNode` (CHOCO-SGD, and SPARQ-SGD with its
-`Trigger`), `JwinsNode`. Each is a plain object over the parts every node shares
-(`NodeCore`: training, message checks, the inbox): `prepare` a round's messages, `open`
-a neighbour's bytes, `absorb` what arrived. Every runtime drives the same objects, so the
-simulator and the peer processes agree bit for bit.
+`build_node` makes the node that the `gossip:` section describes
+(`thinwire.registry.GOSSIP.register` adds a kind): `DPSGDNode` (exact averaging),
+`ChocoNode` (CHOCO-SGD, and SPARQ-SGD with its `Trigger`), `JwinsNode`. Each is a plain
+object over the parts every node shares (`NodeCore`: training, message checks, the inbox):
+`prepare` a round's messages, `open` a neighbour's bytes, `absorb` what arrived. Every
+runtime drives the same objects, so the simulator and the peer processes agree bit for bit.
 
 Importing this package loads no gRPC, TLS or plotting library: the round logic knows
 nothing of how bytes travel.
@@ -27,7 +27,7 @@ from thinwire.topologies.methods.node import (
     asks,
     elapsed,
 )
-from thinwire.topologies.methods.registry import NodeFactory, build_node, methods, register_method
+from thinwire.topologies.methods.registry import NodeFactory, build_node
 from thinwire.topologies.methods.sparq import Trigger, threshold
 
 __all__ = [
@@ -52,7 +52,5 @@ __all__ = [
     "asks",
     "build_node",
     "elapsed",
-    "methods",
-    "register_method",
     "threshold",
 ]

@@ -1,8 +1,11 @@
 """The gossip methods by name: `gossip.kind` in the experiment file -> a node of that method.
 
 `build_node` is how every runtime makes its nodes, so the simulator and the peer process
-run the same objects. A new method registers a factory taking the shared `NodeCore` and
-its `gossip` section (STYLE rule 12: an explicit registry, no import strings).
+run the same objects. It looks the kind up in `thinwire.registry.GOSSIP`: this module
+registers the nodes of the gossip sections `thinwire.config` declares, and a new method
+binds its kind, its section and a factory taking the shared `NodeCore` and that section in
+one call, `GOSSIP.register(kind, section=..., factory=...)` (STYLE rule 12: an explicit
+registry, no import strings).
 """
 
 from __future__ import annotations
@@ -12,41 +15,24 @@ from typing import Any
 
 import torch
 
-from thinwire.config import Experiment
+from thinwire.config import ChocoGossip, ExactGossip, Experiment, JwinsGossip, SparqGossip
 from thinwire.learning import Workspace
+from thinwire.registry import GOSSIP
 from thinwire.topologies.graph.schedule import GraphSchedule
 from thinwire.topologies.methods.choco import ChocoNode
 from thinwire.topologies.methods.dpsgd import DPSGDNode
 from thinwire.topologies.methods.jwins import JwinsNode
 from thinwire.topologies.methods.node import GossipNode, NodeCore
 
-__all__ = ["NodeFactory", "build_node", "methods", "register_method"]
+__all__ = ["NodeFactory", "build_node"]
 
 NodeFactory = Callable[[NodeCore, Any], GossipNode]
 """Builds a node from the shared core and the experiment's `gossip` section."""
 
-_REGISTRY: dict[str, NodeFactory] = {
-    "dpsgd": lambda core, config: DPSGDNode(core),
-    "choco": ChocoNode,
-    "sparq": ChocoNode,
-    "jwins": JwinsNode,
-}
-
-
-def register_method(kind: str, factory: NodeFactory, *, force: bool = False) -> None:
-    """Makes `gossip: {kind: <kind>}` build `factory(core, section)`.
-
-    Raises:
-        ValueError: if `kind` is taken and `force` is not set.
-    """
-    if kind in _REGISTRY and not force:
-        raise ValueError(f"gossip kind {kind!r} is already registered; pass force=True to replace")
-    _REGISTRY[kind] = factory
-
-
-def methods() -> list[str]:
-    """The registered gossip kinds."""
-    return sorted(_REGISTRY)
+GOSSIP.register("dpsgd", section=ExactGossip, factory=lambda core, config: DPSGDNode(core))
+GOSSIP.register("choco", section=ChocoGossip, factory=ChocoNode)
+GOSSIP.register("sparq", section=SparqGossip, factory=ChocoNode)
+GOSSIP.register("jwins", section=JwinsGossip, factory=JwinsNode)
 
 
 def build_node(
@@ -74,11 +60,7 @@ def build_node(
     Raises:
         ValueError: for an unregistered kind, or a setting the method cannot run with.
     """
-    kind = experiment.gossip.kind
-    try:
-        factory = _REGISTRY[kind]
-    except KeyError:
-        raise ValueError(f"unknown gossip kind {kind!r}; registered: {methods()}") from None
+    factory: NodeFactory = GOSSIP.factory(experiment.gossip.kind)
     core = NodeCore(
         index=index,
         experiment=experiment,

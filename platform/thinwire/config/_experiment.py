@@ -31,12 +31,7 @@ from thinwire.config._privacy import (
     PrivacyConfig,
 )
 from thinwire.config._runtime import ChannelConfig, FlowerRuntime, Runtime, SimulationRuntime
-from thinwire.config._topology import (
-    MatchingTopology,
-    RegularTopology,
-    StarTopology,
-    Topology,
-)
+from thinwire.config._topology import GraphSection, StarTopology, Topology
 from thinwire.plugins import PluginError, import_modules, load_entry_points
 
 ModuleName = Annotated[str, Field(pattern=r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")]
@@ -233,9 +228,7 @@ def _sections(section: Section, path: str) -> Iterator[tuple[str, Section]]:
 
 
 def _time_varying(topology: Topology) -> bool:
-    return isinstance(topology, MatchingTopology) or (
-        isinstance(topology, RegularTopology) and topology.time_varying
-    )
+    return isinstance(topology, GraphSection) and topology.draws_each_round()
 
 
 def _gossip_problems(experiment: Experiment) -> list[str]:

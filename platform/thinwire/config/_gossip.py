@@ -13,8 +13,10 @@ from thinwire.config._base import (
     Section,
     WaveletName,
 )
+from thinwire.registry import GOSSIP, Kinded
 
 
+@GOSSIP.declare
 class ExactGossip(Section):
     """Decentralized SGD (D-PSGD): each round a node averages its neighbours' full models."""
 
@@ -28,6 +30,7 @@ EstimateStart = Literal["initial", "zero"]
 """Where public estimates start: the common initial model, or zero as in the CHOCO paper."""
 
 
+@GOSSIP.declare
 class ChocoGossip(Section):
     """CHOCO-SGD: compressed corrections to public model estimates, damped consensus.
 
@@ -73,6 +76,7 @@ Threshold = Annotated[
 ]
 
 
+@GOSSIP.declare
 class SparqGossip(Section):
     """SPARQ-SGD: CHOCO that synchronizes every `sync_every` rounds, and only on a trigger.
 
@@ -93,6 +97,7 @@ JWINS_ALPHAS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 1.0)
 """The paper's cut-off set (decentralizepy `config_*_jwins.ini`)."""
 
 
+@GOSSIP.declare
 class JwinsGossip(Section):
     """JWINS: share the wavelet coefficients that changed most, with a random cut-off."""
 
@@ -105,9 +110,8 @@ class JwinsGossip(Section):
     """A drawn fraction at or above this sends every coefficient (no indices)."""
 
 
-Gossip = Annotated[
-    ExactGossip | ChocoGossip | SparqGossip | JwinsGossip, Field(discriminator="kind")
-]
+Gossip = Annotated[Kinded, GOSSIP]
+"""Any registered gossip method (`thinwire.topologies.methods.registry` registers the nodes)."""
 
 SPARQ_CODEC = {"select": {"kind": "topk", "density": 0.01}, "quantize": {"kind": "sign"}}
 """SPARQ's default compression of fired corrections: SignTop_k with k = 1% per tensor."""

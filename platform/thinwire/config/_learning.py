@@ -16,14 +16,17 @@ from thinwire.config._base import (
     PositiveInt,
     Section,
 )
+from thinwire.registry import MODELS, OPTIMIZERS, PARTITIONS, SCHEDULES, Kinded
 
 
+@PARTITIONS.declare
 class IIDPartition(Section):
     """Shuffle, then deal examples out evenly."""
 
     kind: Literal["iid"] = "iid"
 
 
+@PARTITIONS.declare
 class DirichletPartition(Section):
     """Label skew: each class is split across clients in Dirichlet(alpha) proportions."""
 
@@ -34,6 +37,7 @@ class DirichletPartition(Section):
     """Each client gets at least this many examples (the split is redrawn until it does)."""
 
 
+@PARTITIONS.declare
 class ShardsPartition(Section):
     """Sort by label, cut into equal shards, give each client `shards` of them (FedAvg)."""
 
@@ -42,9 +46,8 @@ class ShardsPartition(Section):
     """Label-sorted shards per client."""
 
 
-Partition = Annotated[
-    IIDPartition | DirichletPartition | ShardsPartition, Field(discriminator="kind")
-]
+Partition = Annotated[Kinded, PARTITIONS]
+"""Any registered partition (`thinwire.learning.partition` registers the factories)."""
 
 
 class SyntheticData(Section):
@@ -91,12 +94,14 @@ class DataConfig(Section):
         return self
 
 
+@MODELS.declare
 class LogisticRegression(Section):
     """Multinomial logistic regression (convex)."""
 
     kind: Literal["logreg"] = "logreg"
 
 
+@MODELS.declare
 class MLP(Section):
     """Fully connected network with ReLU."""
 
@@ -105,6 +110,7 @@ class MLP(Section):
     """Width of each hidden layer."""
 
 
+@MODELS.declare
 class CNN(Section):
     """Two conv layers and a linear head."""
 
@@ -113,15 +119,18 @@ class CNN(Section):
     """Output channels of the two conv layers."""
 
 
+@MODELS.declare
 class ResNet20(Section):
     """ResNet-20, the standard CIFAR variant (He et al., 3 stages of 3 basic blocks)."""
 
     kind: Literal["resnet20"] = "resnet20"
 
 
-ModelConfig = Annotated[LogisticRegression | MLP | CNN | ResNet20, Field(discriminator="kind")]
+ModelConfig = Annotated[Kinded, MODELS]
+"""Any registered model (`thinwire.learning.models` registers the factories)."""
 
 
+@OPTIMIZERS.declare
 class SGD(Section):
     """Local SGD (heavy-ball or Nesterov momentum optional)."""
 
@@ -140,6 +149,7 @@ class SGD(Section):
         return self
 
 
+@OPTIMIZERS.declare
 class Adam(Section):
     """Local Adam."""
 
@@ -148,15 +158,18 @@ class Adam(Section):
     """L2 penalty added to the gradient."""
 
 
-Optimizer = Annotated[SGD | Adam, Field(discriminator="kind")]
+Optimizer = Annotated[Kinded, OPTIMIZERS]
+"""Any registered local optimizer (`thinwire.learning.train` registers the factories)."""
 
 
+@SCHEDULES.declare
 class ConstantLR(Section):
     """The same learning rate every round."""
 
     kind: Literal["constant"] = "constant"
 
 
+@SCHEDULES.declare
 class StepLR(Section):
     """Multiply the learning rate by `gamma` at each listed round."""
 
@@ -167,6 +180,7 @@ class StepLR(Section):
     """Factor applied at each milestone."""
 
 
+@SCHEDULES.declare
 class CosineLR(Section):
     """Cosine decay from lr to `final` * lr over the run."""
 
@@ -175,6 +189,7 @@ class CosineLR(Section):
     """Last round's learning rate as a fraction of lr."""
 
 
+@SCHEDULES.declare
 class InverseTimeLR(Section):
     """lr_t = lr * a / (a + t): the decaying schedule of convex analyses."""
 
@@ -183,7 +198,8 @@ class InverseTimeLR(Section):
     """Offset a of lr * a / (a + t)."""
 
 
-LRSchedule = Annotated[ConstantLR | StepLR | CosineLR | InverseTimeLR, Field(discriminator="kind")]
+LRSchedule = Annotated[Kinded, SCHEDULES]
+"""Any registered learning-rate schedule (`thinwire.learning.schedule` registers them)."""
 
 
 class ServerStep(Section):

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import Field
 
 from thinwire.config._base import NonNegativeFloat, PositiveFloat, PositiveInt, Probability, Section
-from thinwire.registry import POLICIES, Kinded
+from thinwire.registry import ACCESS_RULES, POLICIES, Kinded
 
 if TYPE_CHECKING:
     from thinwire.config._experiment import Experiment
@@ -91,6 +91,7 @@ class CensorPolicy(Section):
             )
 
 
+@ACCESS_RULES.declare
 class AgeOfGradientRule(Section):
     """Transmit with p_on when the client's unsent memory is stale enough, else with p_off.
 
@@ -105,6 +106,7 @@ class AgeOfGradientRule(Section):
     """Transmit probability of a client below the threshold."""
 
 
+@ACCESS_RULES.declare
 class UniformAccessRule(Section):
     """Slotted ALOHA: every client transmits with the same probability p."""
 
@@ -113,22 +115,22 @@ class UniformAccessRule(Section):
     """None: min(1, slots / clients), the throughput-optimal value when all contend."""
 
 
+@ACCESS_RULES.declare
 class AlwaysAccessRule(Section):
     """Every client transmits every round, in a uniformly random slot."""
 
     kind: Literal["always"] = "always"
 
 
+@ACCESS_RULES.declare
 class RoundRobinAccessRule(Section):
     """Oracle: a collision-free schedule that gives each round's slots to the next clients."""
 
     kind: Literal["round_robin"] = "round_robin"
 
 
-AccessRule = Annotated[
-    AgeOfGradientRule | UniformAccessRule | AlwaysAccessRule | RoundRobinAccessRule,
-    Field(discriminator="kind"),
-]
+AccessRule = Annotated[Kinded, ACCESS_RULES]
+"""Any registered random-access rule (`thinwire.policies.registry` registers the factories)."""
 
 
 @POLICIES.declare

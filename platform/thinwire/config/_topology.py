@@ -13,20 +13,24 @@ from thinwire.config._base import (
     Probability,
     Section,
 )
+from thinwire.registry import GRAPHS, MIXINGS, Kinded
 
 
+@MIXINGS.declare
 class MetropolisHastingsWeights(Section):
     """w_ij = 1 / (max(deg_i, deg_j) + 1) on each edge; each row's rest on the diagonal."""
 
     kind: Literal["metropolis_hastings"] = "metropolis_hastings"
 
 
+@MIXINGS.declare
 class MaxDegreeWeights(Section):
     """w_ij = 1 / (max_deg + 1) on every edge: one uniform weight for the whole graph."""
 
     kind: Literal["max_degree"] = "max_degree"
 
 
+@MIXINGS.declare
 class MatrixFileWeights(Section):
     """A fixed mixing matrix read from a CSV or .npy file, validated against the graph."""
 
@@ -34,10 +38,8 @@ class MatrixFileWeights(Section):
     path: Path
 
 
-Mixing = Annotated[
-    MetropolisHastingsWeights | MaxDegreeWeights | MatrixFileWeights,
-    Field(discriminator="kind"),
-]
+Mixing = Annotated[Kinded, MIXINGS]
+"""Any registered mixing rule (`thinwire.topologies.graph.mixing` registers the factories)."""
 
 _FIXED_MATRIX = "a mixing matrix file needs a fixed graph, not one redrawn every round"
 
@@ -50,19 +52,26 @@ class GraphSection(Section):
 
     mixing: Mixing = MetropolisHastingsWeights()
 
+    def draws_each_round(self) -> bool:
+        """Whether this graph is redrawn every round (each round's may be disconnected)."""
+        return False
 
+
+@GRAPHS.declare
 class StarTopology(GraphSection):
     """A hub and its leaves: a server and its clients, or peer 0 linked to every other peer."""
 
     kind: Literal["star"] = "star"
 
 
+@GRAPHS.declare
 class RingTopology(GraphSection):
     """Node i linked to i - 1 and i + 1 (mod n); needs n >= 3."""
 
     kind: Literal["ring"] = "ring"
 
 
+@GRAPHS.declare
 class TorusTopology(GraphSection):
     """A rows x cols grid with wrap-around, 4-regular; omit both for the most square shape."""
 
@@ -77,18 +86,21 @@ class TorusTopology(GraphSection):
         return self
 
 
+@GRAPHS.declare
 class CompleteTopology(GraphSection):
     """Every pair of nodes linked."""
 
     kind: Literal["complete"] = "complete"
 
 
+@GRAPHS.declare
 class ChainTopology(GraphSection):
     """A path: node i linked to i + 1."""
 
     kind: Literal["chain"] = "chain"
 
 
+@GRAPHS.declare
 class RegularTopology(GraphSection):
     """A uniformly random d-regular graph, fixed or redrawn every round."""
 
@@ -99,6 +111,10 @@ class RegularTopology(GraphSection):
     attempts: Attempts = 100
     """Draws allowed for a connected graph (a fixed graph must be connected)."""
 
+    def draws_each_round(self) -> bool:
+        """Redrawn every round when `time_varying` is set."""
+        return self.time_varying
+
     @model_validator(mode="after")
     def _fixed_matrix(self) -> RegularTopology:
         if self.time_varying and isinstance(self.mixing, MatrixFileWeights):
@@ -106,10 +122,15 @@ class RegularTopology(GraphSection):
         return self
 
 
+@GRAPHS.declare
 class MatchingTopology(GraphSection):
     """A new uniformly random matching every round (one node rests when n is odd)."""
 
     kind: Literal["matching"] = "matching"
+
+    def draws_each_round(self) -> bool:
+        """A matching is drawn anew every round."""
+        return True
 
     @model_validator(mode="after")
     def _fixed_matrix(self) -> MatchingTopology:
@@ -118,6 +139,7 @@ class MatchingTopology(GraphSection):
         return self
 
 
+@GRAPHS.declare
 class ErdosRenyiTopology(GraphSection):
     """G(n, p), redrawn with derived seeds until connected."""
 
@@ -126,6 +148,7 @@ class ErdosRenyiTopology(GraphSection):
     attempts: Attempts = 100
 
 
+@GRAPHS.declare
 class SmallWorldTopology(GraphSection):
     """Watts-Strogatz: a ring lattice of k nearest neighbours, each edge rewired w.p. p."""
 
@@ -141,12 +164,14 @@ class SmallWorldTopology(GraphSection):
         return self
 
 
+@GRAPHS.declare
 class ExponentialTopology(GraphSection):
     """Node i linked to i +- 2^j (mod n) for every 2^j < n."""
 
     kind: Literal["exponential"] = "exponential"
 
 
+@GRAPHS.declare
 class EdgeListTopology(GraphSection):
     """Edges read from a text file: one `u v` pair per line, nodes numbered 0..n-1."""
 
@@ -154,17 +179,6 @@ class EdgeListTopology(GraphSection):
     path: Path
 
 
-Topology = Annotated[
-    StarTopology
-    | RingTopology
-    | TorusTopology
-    | CompleteTopology
-    | ChainTopology
-    | RegularTopology
-    | MatchingTopology
-    | ErdosRenyiTopology
-    | SmallWorldTopology
-    | ExponentialTopology
-    | EdgeListTopology,
-    Field(discriminator="kind"),
-]
+Topology = Annotated[Kinded, GRAPHS]
+"""Any registered graph (`thinwire.topologies.graph.graphs` registers the builders); a
+graph's section subclasses `GraphSection`, so it carries the `mixing` weights."""

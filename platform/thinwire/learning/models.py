@@ -7,6 +7,13 @@ therefore gives the same model on every host and in every runtime, whatever else
 torch's global RNG before. Initialization happens on the CPU and the model is then moved to
 `device`, so CPU and CUDA runs start from bit-identical weights.
 
+`build_model` looks `model.kind` up in `thinwire.registry.MODELS`: this module registers
+the factories of the model sections `thinwire.config` declares, and a plugin adds a model
+with `MODELS.register(kind, section=..., factory=...)`. `factory(section, input_shape,
+num_classes)` returns the module; it runs on the meta device, so it draws no weights
+itself: Linear, Conv2d and BatchNorm2d layers are initialized here (a layer with other
+parameters is refused).
+
 ResNet-20 uses BatchNorm. Under federated averaging its weights, biases and running
 statistics are all averaged as plain means over clients (see `thinwire.learning.model_state`):
 the mean of the clients' running variances is not the variance of the pooled data, so with
@@ -21,13 +28,14 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import assert_never
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from thinwire.config import CNN, MLP, LogisticRegression, ModelConfig, ResNet20
+from thinwire.registry import MODELS
 
 __all__ = ["build_model"]
 
@@ -58,8 +66,8 @@ def build_model(
 
     Raises:
         ValueError: the input shape does not suit the model (a CNN or ResNet needs an image
-            shaped (channels, height, width) large enough for its pooling), or
-            `num_classes` < 2.
+            shaped (channels, height, width) large enough for its pooling), `num_classes`
+            < 2, or a model kind without a registered factory.
 
     Examples:
         >>> from thinwire.config import MLP
@@ -72,17 +80,9 @@ def build_model(
         raise ValueError(f"input_shape must be non-empty and positive, got {shape}")
     if num_classes < 2:
         raise ValueError(f"num_classes must be >= 2, got {num_classes}")
+    factory = MODELS.factory(config.kind)
     with torch.device("meta"):
-        if isinstance(config, LogisticRegression):
-            model = _mlp(shape, (), num_classes)
-        elif isinstance(config, MLP):
-            model = _mlp(shape, config.hidden, num_classes)
-        elif isinstance(config, CNN):
-            model = _cnn(shape, config.channels, num_classes)
-        elif isinstance(config, ResNet20):
-            model = _ResNet20(_image_shape(shape, "resnet20"), num_classes)
-        else:
-            assert_never(config)
+        model: nn.Module = factory(config, shape, num_classes)
     _materialize(model)
     if seed is None:
         _blank(model)
@@ -201,6 +201,31 @@ class _ResNet20(nn.Module):
         out = F.relu(self.bn1(self.conv1(x)))
         out = self.layer3(self.layer2(self.layer1(out)))
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(out, 1), 1))
+
+
+def _logreg(config: Any, shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    del config
+    return _mlp(shape, (), num_classes)
+
+
+MODELS.register("logreg", section=LogisticRegression, factory=_logreg)
+MODELS.register(
+    "mlp",
+    section=MLP,
+    factory=lambda config, shape, num_classes: _mlp(shape, config.hidden, num_classes),
+)
+MODELS.register(
+    "cnn",
+    section=CNN,
+    factory=lambda config, shape, num_classes: _cnn(shape, config.channels, num_classes),
+)
+MODELS.register(
+    "resnet20",
+    section=ResNet20,
+    factory=lambda config, shape, num_classes: _ResNet20(
+        _image_shape(shape, "resnet20"), num_classes
+    ),
+)
 
 
 def _materialize(model: nn.Module) -> None:

@@ -6,6 +6,12 @@ was given. Every example goes to at most one client, and the split is a pure fun
 Randomness comes from a NumPy `Generator` seeded with `seed` (NumPy has the Dirichlet
 sampler torch lacks for an explicit generator); the split is done once, on the host.
 
+`partition` looks `data.partition.kind` up in `thinwire.registry.PARTITIONS`: this module
+registers the factories of the sections `thinwire.config` declares, and a plugin adds one
+with `PARTITIONS.register(kind, section=..., factory=...)`, where `factory(section, labels,
+clients, rng)` takes the labels as a NumPy array and the seeded `np.random.Generator` and
+returns one index array per client.
+
 Example:
     >>> import torch
     >>> from thinwire.config import ShardsPartition
@@ -18,13 +24,14 @@ Example:
 from __future__ import annotations
 
 import logging
-from typing import assert_never
+from typing import Any
 
 import numpy as np
 import torch
 
 from thinwire.config import DataConfig, DirichletPartition, IIDPartition, Partition, ShardsPartition
 from thinwire.learning.datasets import Dataset
+from thinwire.registry import PARTITIONS
 
 __all__ = ["MAX_DIRICHLET_DRAWS", "client_indices", "partition"]
 
@@ -66,22 +73,16 @@ def partition(
     Raises:
         ValueError: there are too few examples for the clients (iid: N < clients;
             dirichlet: N < clients * min_examples, or no acceptable draw; shards:
-            N < clients * shards), or `labels` is not a 1-D integer tensor.
+            N < clients * shards), `labels` is not a 1-D integer tensor, or the kind has no
+            registered factory.
     """
     if labels.dim() != 1 or labels.dtype.is_floating_point or labels.dtype == torch.bool:
         raise ValueError(f"labels must be a 1-D integer tensor, got {labels.dtype} {labels.shape}")
     if clients < 1:
         raise ValueError(f"clients must be >= 1, got {clients}")
+    factory = PARTITIONS.factory(config.kind)
     y = labels.cpu().numpy()
-    rng = np.random.default_rng(seed)
-    if isinstance(config, IIDPartition):
-        parts = _iid(len(y), clients, rng)
-    elif isinstance(config, DirichletPartition):
-        parts = _dirichlet(y, clients, config, rng)
-    elif isinstance(config, ShardsPartition):
-        parts = _shards(y, clients, config.shards, rng)
-    else:
-        assert_never(config)
+    parts = factory(config, y, clients, np.random.default_rng(seed))
     return [torch.from_numpy(np.sort(p).astype(np.int64)) for p in parts]
 
 
@@ -105,14 +106,16 @@ def client_indices(dataset: Dataset, data: DataConfig, *, seed: int) -> list[tor
     return partition(dataset.y_train, data.clients, data.partition, seed=seed)
 
 
-def _iid(n: int, clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+def _iid(config: Any, y: np.ndarray, clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+    del config
+    n = len(y)
     if n < clients:
         raise ValueError(f"iid partition: {n} examples cannot give each of {clients} clients one")
     return np.array_split(rng.permutation(n), clients)
 
 
 def _dirichlet(
-    y: np.ndarray, clients: int, config: DirichletPartition, rng: np.random.Generator
+    config: DirichletPartition, y: np.ndarray, clients: int, rng: np.random.Generator
 ) -> list[np.ndarray]:
     need = clients * config.min_examples
     if len(y) < need:
@@ -141,7 +144,10 @@ def _dirichlet(
     )
 
 
-def _shards(y: np.ndarray, clients: int, shards: int, rng: np.random.Generator) -> list[np.ndarray]:
+def _shards(
+    config: ShardsPartition, y: np.ndarray, clients: int, rng: np.random.Generator
+) -> list[np.ndarray]:
+    shards = config.shards
     total = clients * shards
     if len(y) < total:
         raise ValueError(
@@ -163,3 +169,8 @@ def _shards(y: np.ndarray, clients: int, shards: int, rng: np.random.Generator) 
         np.concatenate([pieces[s] for s in dealt[k * shards : (k + 1) * shards]])
         for k in range(clients)
     ]
+
+
+PARTITIONS.register("iid", section=IIDPartition, factory=_iid)
+PARTITIONS.register("dirichlet", section=DirichletPartition, factory=_dirichlet)
+PARTITIONS.register("shards", section=ShardsPartition, factory=_shards)

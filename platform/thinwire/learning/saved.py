@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 import yaml
@@ -27,6 +28,8 @@ __all__ = ["MODEL_CONFIG", "MODEL_FILE", "load_saved_model", "save_model"]
 
 MODEL_FILE = "model.pt"
 MODEL_CONFIG = "model.yaml"
+
+_MODEL: TypeAdapter[Any] = TypeAdapter(ModelConfig)  # any registered model section
 
 
 def save_model(
@@ -46,7 +49,7 @@ def save_model(
     path = folder / MODEL_FILE
     torch.save(module.state_dict(), path)
     described = {
-        "model": config.model_dump(mode="json"),
+        "model": _MODEL.dump_python(config, mode="json"),
         "input_shape": [int(d) for d in input_shape],
         "num_classes": int(num_classes),
     }
@@ -69,7 +72,7 @@ def load_saved_model(folder: str | Path, *, device: torch.device | str = "cpu") 
     if not isinstance(described, dict):
         raise ValueError(f"{described_path}: expected a mapping")
     try:
-        config: ModelConfig = TypeAdapter(ModelConfig).validate_python(described.get("model"))
+        config: ModelConfig = _MODEL.validate_python(described.get("model"))
     except ValidationError as exc:
         raise ValueError(f"{described_path}: model: {exc.errors()[0]['msg']}") from None
     shape, classes = described.get("input_shape"), described.get("num_classes")

@@ -2,15 +2,21 @@
 
 Every schedule is a pure function of the training config and the round number, so all roles
 (clients, gossip peers, the DP trainer) agree on the rate without sharing any state. Rounds
-count from 0 to `train.rounds - 1`; round 0 always uses `train.lr`.
+count from 1 to `train.rounds`; round 1 always uses `train.lr`.
+
+`learning_rate` looks `train.schedule.kind` up in `thinwire.registry.SCHEDULES`: this
+module registers the schedules `thinwire.config` declares, and a plugin adds one with
+`SCHEDULES.register(kind, section=..., factory=...)`, where `factory(section, lr, round,
+rounds)` returns the rate of `round`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import assert_never
+from typing import Any
 
 from thinwire.config import ConstantLR, CosineLR, InverseTimeLR, StepLR, TrainConfig
+from thinwire.registry import SCHEDULES
 
 __all__ = ["learning_rate"]
 
@@ -35,7 +41,8 @@ def learning_rate(train: TrainConfig, round: int) -> float:
             everywhere in thinwire: records, updates, schedules).
 
     Raises:
-        ValueError: `round` is outside [1, train.rounds].
+        ValueError: `round` is outside [1, train.rounds], or the schedule's kind has no
+            registered factory.
 
     Examples:
         >>> from thinwire.config import TrainConfig
@@ -47,15 +54,32 @@ def learning_rate(train: TrainConfig, round: int) -> float:
     if not 1 <= round <= train.rounds:
         raise ValueError(f"round {round} is outside the run's rounds [1, {train.rounds}]")
     schedule = train.schedule
-    lr = train.lr
-    if isinstance(schedule, ConstantLR):
-        return lr
-    if isinstance(schedule, StepLR):
-        passed = sum(1 for milestone in schedule.milestones if milestone <= round)
-        return lr * schedule.gamma**passed
-    if isinstance(schedule, CosineLR):
-        floor = schedule.final * lr
-        return floor + (lr - floor) * (1.0 + math.cos(math.pi * (round - 1) / train.rounds)) / 2.0
-    if isinstance(schedule, InverseTimeLR):
-        return lr * schedule.a / (schedule.a + round - 1)
-    assert_never(schedule)
+    rate: float = SCHEDULES.factory(schedule.kind)(schedule, train.lr, round, train.rounds)
+    return rate
+
+
+def _constant(schedule: Any, lr: float, round: int, rounds: int) -> float:
+    del schedule, round, rounds
+    return lr
+
+
+def _step(schedule: StepLR, lr: float, round: int, rounds: int) -> float:
+    del rounds
+    passed = sum(1 for milestone in schedule.milestones if milestone <= round)
+    return lr * schedule.gamma**passed
+
+
+def _cosine(schedule: CosineLR, lr: float, round: int, rounds: int) -> float:
+    floor = schedule.final * lr
+    return floor + (lr - floor) * (1.0 + math.cos(math.pi * (round - 1) / rounds)) / 2.0
+
+
+def _inverse_time(schedule: InverseTimeLR, lr: float, round: int, rounds: int) -> float:
+    del rounds
+    return lr * schedule.a / (schedule.a + round - 1)
+
+
+SCHEDULES.register("constant", section=ConstantLR, factory=_constant)
+SCHEDULES.register("step", section=StepLR, factory=_step)
+SCHEDULES.register("cosine", section=CosineLR, factory=_cosine)
+SCHEDULES.register("inverse_time", section=InverseTimeLR, factory=_inverse_time)

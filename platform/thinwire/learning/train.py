@@ -6,9 +6,12 @@ more than the step). Batch order comes only from the `torch.Generator` passed in
 client's local training is reproducible from its seed.
 
 The pieces are separate so other trainers can reuse them: `make_optimizer` builds the
-optimizer from config, `batch_indices` draws the batches, and `train_steps` runs the loop
-with any optimizer. The DP trainer, for instance, wraps the model and the optimizer from
-`make_optimizer` with Opacus and calls `train_steps` with the same batches.
+optimizer from config (from `thinwire.registry.OPTIMIZERS`: this module registers `sgd` and
+`adam`, a plugin adds one with `OPTIMIZERS.register(kind, section=..., factory=...)`, where
+`factory(section, parameters, lr)` returns a `torch.optim.Optimizer`), `batch_indices` draws
+the batches, and `train_steps` runs the loop with any optimizer. The DP trainer, for
+instance, wraps the model and the optimizer from `make_optimizer` with Opacus and calls
+`train_steps` with the same batches.
 
 Example:
     >>> import torch
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
-from typing import Any, NamedTuple, Protocol, assert_never
+from typing import Any, NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +36,7 @@ from torch import nn
 
 from thinwire.config import SGD, Adam, Optimizer, TrainConfig
 from thinwire.learning._sgd import PlainSGD
+from thinwire.registry import OPTIMIZERS
 
 __all__ = [
     "Evaluation",
@@ -70,22 +74,35 @@ def make_optimizer(
 
     Args:
         parameters: the parameters to optimize.
-        config: `SGD` (momentum, Nesterov, weight decay) or `Adam` (weight decay).
+        config: any registered optimizer section: `SGD` (momentum, Nesterov, weight decay),
+            `Adam` (weight decay), or a plugin's.
         lr: the learning rate for this round (see `thinwire.learning.learning_rate`).
+
+    Raises:
+        ValueError: `lr` <= 0, or the kind has no registered factory.
     """
     if not lr > 0:
         raise ValueError(f"lr must be > 0, got {lr}")
-    if isinstance(config, SGD):
-        return torch.optim.SGD(
-            parameters,
-            lr=lr,
-            momentum=config.momentum,
-            nesterov=config.nesterov,
-            weight_decay=config.weight_decay,
-        )
-    if isinstance(config, Adam):
-        return torch.optim.Adam(parameters, lr=lr, weight_decay=config.weight_decay)
-    assert_never(config)
+    optimizer: torch.optim.Optimizer = OPTIMIZERS.factory(config.kind)(config, parameters, lr)
+    return optimizer
+
+
+def _sgd(config: SGD, parameters: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.SGD:
+    return torch.optim.SGD(
+        parameters,
+        lr=lr,
+        momentum=config.momentum,
+        nesterov=config.nesterov,
+        weight_decay=config.weight_decay,
+    )
+
+
+def _adam(config: Adam, parameters: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.Adam:
+    return torch.optim.Adam(parameters, lr=lr, weight_decay=config.weight_decay)
+
+
+OPTIMIZERS.register("sgd", section=SGD, factory=_sgd)
+OPTIMIZERS.register("adam", section=Adam, factory=_adam)
 
 
 def local_steps_for(train: TrainConfig, n_examples: int) -> int:

@@ -6,13 +6,17 @@ sections `thinwire.config` declares, and a plugin adds one with `POLICIES.regist
 section=..., factory=...)` (replacing needs `force=True`; an unknown kind raises
 `ValueError` naming the registered ones, STYLE rule 12). A factory takes the config section
 and the client's `PolicyContext`.
+
+The random_access policy's `rule` is a family of its own, `thinwire.registry.ACCESS_RULES`:
+a rule's factory takes its section, the client's `PolicyContext` and the slots per round,
+and returns the policy (`ACCESS_RULES.register(kind, section=..., factory=...)` adds one).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any, assert_never
+from typing import Any
 
 from thinwire.config import (
     AgeOfGradientRule,
@@ -26,7 +30,7 @@ from thinwire.config import (
 from thinwire.policies.base import Policy, PolicyContext, always
 from thinwire.policies.censoring import batch_size_at, censor, threshold_at
 from thinwire.policies.random_access import age_of_gradient, aloha, round_robin
-from thinwire.registry import POLICIES
+from thinwire.registry import ACCESS_RULES, POLICIES
 
 __all__ = ["PolicyFactory", "build_policy"]
 
@@ -49,20 +53,36 @@ def _random_access(config: RandomAccessPolicy, context: PolicyContext) -> Policy
     slots = context.slots
     if slots is None:
         raise ValueError("policy random_access needs channel.slots (slots per round)")
-    rule = config.rule
-    if isinstance(rule, AgeOfGradientRule):
-        p_on = rule.p_on if rule.p_on is not None else _fair_share(context, slots)
-        return age_of_gradient(
-            rule.threshold, p_on=p_on, p_off=rule.p_off, slots=slots, seed=context.seed
-        )
-    if isinstance(rule, UniformAccessRule):
-        p = rule.p if rule.p is not None else _fair_share(context, slots)
-        return aloha(p, slots=slots, seed=context.seed)
-    if isinstance(rule, AlwaysAccessRule):
-        return aloha(1.0, slots=slots, seed=context.seed)
-    if isinstance(rule, RoundRobinAccessRule):
-        return round_robin(client=context.client, clients=context.clients, slots=slots)
-    assert_never(rule)
+    policy: Policy = ACCESS_RULES.factory(config.rule.kind)(config.rule, context, slots)
+    return policy
+
+
+def _age_of_gradient(rule: AgeOfGradientRule, context: PolicyContext, slots: int) -> Policy:
+    p_on = rule.p_on if rule.p_on is not None else _fair_share(context, slots)
+    return age_of_gradient(
+        rule.threshold, p_on=p_on, p_off=rule.p_off, slots=slots, seed=context.seed
+    )
+
+
+def _uniform(rule: UniformAccessRule, context: PolicyContext, slots: int) -> Policy:
+    p = rule.p if rule.p is not None else _fair_share(context, slots)
+    return aloha(p, slots=slots, seed=context.seed)
+
+
+def _always_access(rule: Any, context: PolicyContext, slots: int) -> Policy:
+    del rule
+    return aloha(1.0, slots=slots, seed=context.seed)
+
+
+def _round_robin(rule: Any, context: PolicyContext, slots: int) -> Policy:
+    del rule
+    return round_robin(client=context.client, clients=context.clients, slots=slots)
+
+
+ACCESS_RULES.register("aog", section=AgeOfGradientRule, factory=_age_of_gradient)
+ACCESS_RULES.register("uniform", section=UniformAccessRule, factory=_uniform)
+ACCESS_RULES.register("always", section=AlwaysAccessRule, factory=_always_access)
+ACCESS_RULES.register("round_robin", section=RoundRobinAccessRule, factory=_round_robin)
 
 
 POLICIES.register("always", section=AlwaysSend, factory=lambda config, context: always())

@@ -166,3 +166,11 @@ def test_invalid_custom_matrices_name_the_offending_entry(tmp_path, matrix, mess
 def test_unreadable_matrix_file(tmp_path):
     with pytest.raises(MixingError, match="cannot read a mixing matrix"):
         mixing_matrix(MatrixFileWeights(path=tmp_path / "absent.csv"), SQUARE)
+
+
+def test_every_declared_mixing_kind_has_a_factory():
+    from thinwire.registry import MIXINGS
+
+    assert MIXINGS.kinds() == ("file", "max_degree", "metropolis_hastings")
+    for kind in MIXINGS.kinds():
+        assert callable(MIXINGS.factory(kind)), kind
