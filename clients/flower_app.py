@@ -38,7 +38,13 @@ from thinwire.clients.flower_partition import load_partition
 from thinwire.clients.flower_state import StateStore, experiment_digest
 from thinwire.codecs.model import ModelCodec
 from thinwire.config import ConfigError, FlowerRuntime
-from thinwire.learning import Workspace, build_model, resolve_device
+from thinwire.learning import (
+    Workspace,
+    build_model,
+    resolve_device,
+    simulation_threads,
+    torch_threads,
+)
 from thinwire.learning import evaluate as evaluate_model
 from thinwire.server.flower_messages import (
     ClientEvaluation,
@@ -88,7 +94,8 @@ def train(message: Message, context: Context) -> Message:
         store = _store(context, client)
         if order.state_round:
             client.state = _restore(store, order.state_round, client, context)
-        result = client.train_round(order.downlink, order.round, delivered=order.delivered)
+        with torch_threads(simulation_threads(client.experiment)):  # the simulator's, bit for bit
+            result = client.train_round(order.downlink, order.round, delivered=order.delivered)
     except _CANNOT_SERVE as exc:
         return _refuse(message, exc)
     try:
@@ -116,7 +123,8 @@ def evaluate(message: Message, context: Context) -> Message:
         workspace.load(dense.decode(model.tensors, workspace.device))
     except _CANNOT_SERVE as exc:
         return _refuse(message, exc)
-    result = evaluate_model(workspace.model, client.x, client.y)
+    with torch_threads(simulation_threads(client.experiment)):
+        result = evaluate_model(workspace.model, client.x, client.y)
     return Message(
         evaluation_reply(ClientEvaluation(result.examples, result.loss, result.accuracy)),
         reply_to=message,

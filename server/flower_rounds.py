@@ -33,7 +33,7 @@ from flwr.serverapp import Grid
 
 from thinwire.channel import Channel
 from thinwire.config import Experiment
-from thinwire.learning import Federation
+from thinwire.learning import Federation, simulation_threads, torch_threads
 from thinwire.metrics import RoundCounts, RoundRecord, RunRecorder, round_record, schema
 from thinwire.server.aggregator import Aggregator
 from thinwire.server.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
@@ -95,7 +95,15 @@ class FlowerStar:
     # ------------------------------------------------------------------ the run
 
     def run(self) -> dict[str, torch.Tensor]:
-        """Runs the remaining rounds and returns the final global model."""
+        """Runs the remaining rounds and returns the final global model.
+
+        On the simulator's torch thread count (`simulation_threads`): a reduction split over
+        another thread count rounds differently, and the run would not equal the simulated one.
+        """
+        with torch_threads(simulation_threads(self.experiment)):
+            return self._run()
+
+    def _run(self) -> dict[str, torch.Tensor]:
         settings = self.settings
         self.strategy.summary()
         self._await_clients(

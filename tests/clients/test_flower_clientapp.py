@@ -7,7 +7,9 @@ import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -16,12 +18,13 @@ from flwr.app import Context, Message, RecordDict
 from flwr.common.constant import ErrorCode
 from flwr.supercore.task_identity import TaskIdentity
 
-from thinwire.clients import Client, flower_partition
+from thinwire.clients import Client, flower_app, flower_partition
+from thinwire.clients import client as client_module
 from thinwire.clients.flower_app import app
 from thinwire.clients.flower_partition import partition_folder
 from thinwire.clients.flower_state import StateStore, experiment_digest
 from thinwire.config import Experiment, parse_config
-from thinwire.learning import evaluate, load_federation
+from thinwire.learning import evaluate, load_federation, simulation_threads
 from thinwire.server import Aggregator
 from thinwire.server.flower_messages import (
     EVALUATE,
@@ -207,6 +210,31 @@ def test_it_measures_the_global_model_on_its_own_data(exp: Experiment) -> None:
     want = evaluate(federation.workspace.model, *federation.client_data(1))
     assert (got.num_examples, got.accuracy) == (want.examples, want.accuracy)
     assert got.loss == pytest.approx(want.loss)
+
+
+def test_it_trains_and_evaluates_on_the_simulators_thread_count(
+    exp: Experiment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[int] = []
+
+    def counted(run: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            seen.append(torch.get_num_threads())
+            return run(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(client_module, "train_local", counted(client_module.train_local))
+    monkeypatch.setattr(flower_app, "evaluate_model", counted(flower_app.evaluate_model))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # a 2-core node's default: the simulator runs on 1 thread here
+    try:
+        for message_type in (TRAIN, EVALUATE):
+            app(message(instruction(first_downlink(exp), 1), message_type), context(exp))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [simulation_threads(exp)] * 2 == [1, 1]
 
 
 def test_state_kept_for_one_model_is_not_offered_to_another(exp: Experiment) -> None:

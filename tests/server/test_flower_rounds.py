@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +16,9 @@ from flwr.app import Array, ArrayRecord, Context, Message
 from thinwire.clients.flower_app import app as client_app
 from thinwire.clients.flower_state import experiment_digest
 from thinwire.config import Experiment, parse_config
-from thinwire.learning import load_federation
+from thinwire.learning import load_federation, simulation_threads
 from thinwire.metrics import RunRecorder, load_records
-from thinwire.server import sample_clients
+from thinwire.server import aggregator, sample_clients
 from thinwire.server.flower_messages import (
     TRAIN,
     default_state_dir,
@@ -64,6 +64,16 @@ def star(exp: Experiment, grid: LocalGrid, tmp_path: Path, **kwargs: Any) -> Flo
 @pytest.fixture(autouse=True)
 def task_identity() -> None:
     set_task_identity()
+
+
+@pytest.fixture
+def two_threads() -> Iterator[None]:
+    """Torch's default on a 2-core host. The simulator runs on `simulation_threads` (one for
+    these models); on a 1-core host the Flower path ran on that many by chance alone."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
 
 
 def replacing_replies(
@@ -130,6 +140,7 @@ POLICY_KEYS = ("censored", "reused", "slot_successes", "slot_collisions", "slot_
         "multiscale-qsgd-both-ways",
     ],
 )
+@pytest.mark.usefixtures("two_threads")
 def test_a_run_equals_the_simulated_run_bit_for_bit(tmp_path: Path, sections: dict) -> None:
     sections = dict(sections)
     if "train" in sections:
@@ -150,6 +161,24 @@ def test_a_run_equals_the_simulated_run_bit_for_bit(tmp_path: Path, sections: di
         sent = [m for m in grid.sent_of_type(TRAIN) if read_instruction(m.content).round == round]
         nodes = sorted(m.metadata.dst_node_id for m in sent)
         assert nodes == [grid.node(c) for c in sample_clients(exp, round)]
+
+
+@pytest.mark.usefixtures("two_threads")
+def test_the_server_computes_on_the_simulators_thread_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[int] = []
+    evaluate = aggregator.evaluate
+
+    def counted(*args: Any) -> Any:
+        seen.append(torch.get_num_threads())
+        return evaluate(*args)
+
+    monkeypatch.setattr(aggregator, "evaluate", counted)
+    exp = experiment(tmp_path, train={"rounds": 1, "local_steps": 1, "lr": 0.1})
+    star(exp, LocalGrid(run_config(exp), 3), tmp_path).run()
+    assert seen == [simulation_threads(exp)] == [1]
+    assert torch.get_num_threads() == 2  # and restores torch's setting
 
 
 def test_censored_rounds_send_no_update_bytes_and_reuse_the_last_update(tmp_path: Path) -> None:
@@ -379,6 +408,7 @@ def replies_lost_from(grid: LocalGrid, round: int) -> None:
     [{}, {"downlink": TOPK_EF}, {"policy": CENSOR, "codec": {}}],
     ids=["topk-ef", "compressed-downlink", "censoring"],
 )
+@pytest.mark.usefixtures("two_threads")
 def test_a_resumed_run_equals_the_uninterrupted_one_bit_for_bit(
     tmp_path: Path, sections: dict
 ) -> None:

@@ -8,7 +8,8 @@ time. Large per-step work (a CNN or ResNet on images: 66 MFLOP and 2.6 GFLOP per
 does gain from more threads. So the simulator estimates the forward FLOPs of one training
 batch and runs on one thread below `PARALLEL_FLOPS`, on every thread it may use above it;
 `train.threads` overrides the choice. `benchmarks/threads.py` measures the step time per
-thread count behind the threshold.
+thread count behind the threshold. The Flower round loop and ClientApp compute on the same
+count: a reduction (a matmul) split over other threads rounds differently.
 """
 
 from __future__ import annotations
