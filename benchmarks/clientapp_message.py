@@ -13,7 +13,7 @@ that both see the same load:
   sympy (`torch.fx.experimental.symbolic_shapes`), which `Module.to_empty` imported the
   first time it materialized a meta-device model;
 - `cached`: what the ClientApp does now: its partition from the node's cache
-  (`thinwire.clients.flower_partition`), then a blank model (no initial weights drawn: the
+  (`thinwire.runtimes.flower.partition`), then a blank model (no initial weights drawn: the
   downlink overwrites them).
 
 A separate process first trains round 1 and writes the client's state, the cache and the
@@ -46,8 +46,8 @@ SETUP = r"""
 import json, sys
 from pathlib import Path
 from thinwire.clients import Client
-from thinwire.clients.flower_partition import load_partition
-from thinwire.clients.flower_state import StateStore, experiment_digest
+from thinwire.runtimes.flower.partition import load_partition
+from thinwire.runtimes.flower.state import StateStore, experiment_digest
 from thinwire.config import parse_config
 from thinwire.learning import load_federation
 from thinwire.server import Aggregator
@@ -74,12 +74,12 @@ import torch
 mark("import torch")
 if mode == "rebuilt":
     import scipy.special  # noqa: F401  (the ClientApp module imported it before)
-from thinwire.clients.flower_app import app  # noqa: F401  (what Flower imports)
+from thinwire.runtimes.flower.client_app import app  # noqa: F401  (what Flower imports)
 mark("import the ClientApp module (thinwire + Flower)")
 from pathlib import Path
 from thinwire.clients import Client
-from thinwire.clients.flower_partition import load_partition
-from thinwire.clients.flower_state import StateStore, experiment_digest
+from thinwire.runtimes.flower.partition import load_partition
+from thinwire.runtimes.flower.state import StateStore, experiment_digest
 from thinwire.config import parse_config
 from thinwire.learning import Workspace, build_model, load_federation, resolve_device
 exp = parse_config(raw)

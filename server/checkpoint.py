@@ -16,7 +16,7 @@ with `torch.load(weights_only=True)`, so a checkpoint file cannot run code):
     cum_bytes_up, cum_bytes_down   byte totals so far, so the run folder keeps counting
 
 Client state (error-feedback residuals, model copies, policy memories) is not in the
-checkpoint: it lives on the SuperNodes' disks (`thinwire.clients.flower_state`), keyed by
+checkpoint: it lives on the SuperNodes' disks (`thinwire.runtimes.flower.state`), keyed by
 experiment and partition and kept for `runtime.checkpoint_every + 1` rounds. `received`
 tells each client which round's state to continue from, so a resumed run continues exactly
 where the checkpoint left it, bit for bit, error feedback included. A client whose state is

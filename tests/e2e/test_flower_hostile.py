@@ -29,7 +29,7 @@ from flwr.app import Array, ArrayRecord
 from flwr.clientapp import ClientApp
 from hostile_updates import hostile_bytes
 
-from thinwire.clients import flower_app
+from thinwire.runtimes.flower import client_app
 from thinwire.wire import TensorSpec
 from thinwire.wire import update_pb2 as pb
 
@@ -49,9 +49,9 @@ def hostile_update(message, context, call_next):
 
 
 app = ClientApp()
-app.query()(flower_app.identify)
-app.train(mods=[hostile_update])(flower_app.train)
-app.evaluate()(flower_app.evaluate)
+app.query()(client_app.identify)
+app.train(mods=[hostile_update])(client_app.train)
+app.evaluate()(client_app.evaluate)
 '''
 
 

@@ -28,7 +28,7 @@ import torch
 
 from thinwire.config import Experiment, load_config
 from thinwire.metrics import load_records
-from thinwire.simulate import SimulationResult, simulate
+from thinwire.runtimes.simulation import SimulationResult, simulate
 
 from .flower_cluster import EXAMPLE, ROOT, Cluster, _processes, client_command, free_port
 

@@ -31,7 +31,7 @@ import torch
 from thinwire.config import Experiment, load_config
 from thinwire.learning import evaluate, load_federation
 from thinwire.metrics import load_records
-from thinwire.simulate import SimulationResult, simulate
+from thinwire.runtimes.simulation import SimulationResult, simulate
 
 from .flower_cluster import (
     EXAMPLE,
@@ -175,7 +175,7 @@ CORRUPTING_CLIENT = '''\
 from flwr.app import Array, ArrayRecord
 from flwr.clientapp import ClientApp
 
-from thinwire.clients import flower_app
+from thinwire.runtimes.flower import client_app
 
 
 def flip_update_bytes(message, context, call_next):
@@ -188,9 +188,9 @@ def flip_update_bytes(message, context, call_next):
 
 
 app = ClientApp()
-app.query()(flower_app.identify)
-app.train(mods=[flip_update_bytes])(flower_app.train)
-app.evaluate()(flower_app.evaluate)
+app.query()(client_app.identify)
+app.train(mods=[flip_update_bytes])(client_app.train)
+app.evaluate()(client_app.evaluate)
 '''
 
 

@@ -20,9 +20,9 @@ from typing import NamedTuple
 
 import pytest
 
-from thinwire.clients.flower_state import experiment_digest
 from thinwire.config import load_config
 from thinwire.metrics import load_records
+from thinwire.runtimes.flower.state import experiment_digest
 
 from .flower_cluster import EXAMPLE, ROOT, Cluster, free_port, run_server, start_clients
 

@@ -9,7 +9,7 @@ from star_helpers import tiny_experiment
 from thinwire.clients import Client
 from thinwire.learning import evaluate, load_dataset, load_saved_model
 from thinwire.metrics import load_records
-from thinwire.runner import read_status, resume_run, run_experiment
+from thinwire.runtimes.run_folder import read_status, resume_run, run_experiment
 
 TIMINGS = {"wall_s", "compute_s"}
 

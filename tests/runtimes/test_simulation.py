@@ -8,8 +8,8 @@ import torch
 from star_helpers import tiny_experiment
 
 from thinwire.config import parse_config
+from thinwire.runtimes.simulation import simulate
 from thinwire.server import Aggregator
-from thinwire.simulate import simulate
 
 TIMINGS = {"wall_s", "compute_s"}
 

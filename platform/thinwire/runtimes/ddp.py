@@ -1,7 +1,8 @@
 """The `ddp` runtime: the star's clients as ranks of a torch.distributed job.
 
-Rank r is client r. Every rank holds the global model (the server's `Aggregator`, the same
-object the simulator drives) and its own `Client`; a round is
+Rank r is client r. Every rank holds the global model (the server's `Aggregator`, in the
+same `thinwire.runtimes.star.Star` round the simulator drives) and its own `Client`; a round
+is
 
 1. the clients sampled for the round train from the global model (`Client.train_round`,
    `train.local_steps` steps: one step of plain SGD makes this synchronous SGD, more make
@@ -10,7 +11,7 @@ object the simulator drives) and its own `Client`; a round is
    first, then padded buffers; `thinwire.ddp.collectives.all_gather_bytes`); a sampled rank
    that stays silent (a send policy) contributes zero bytes;
 3. every rank validates and decodes every update and applies the server step in client
-   order (`Aggregator.receive` / `finish_round`), so all ranks hold the same model.
+   order (`Star.collect` / `Star.finish`), so all ranks hold the same model.
 
 The updates are the very bytes the simulator's clients send, decoded and summed in the
 same order, so a seeded experiment gives the simulator's uplink bytes exactly and, on the
@@ -54,7 +55,8 @@ from thinwire.ddp.collectives import (
 from thinwire.learning import load_federation
 from thinwire.metrics import Record, RunRecorder
 from thinwire.privacy import EPSILON_METRIC
-from thinwire.server import Aggregator, sample_clients
+from thinwire.runtimes.star import Star
+from thinwire.server import Aggregator
 
 __all__ = ["RankFailure", "RankResult", "launch", "run_rank", "run_torchrun_rank"]
 
@@ -127,19 +129,19 @@ def run_rank(experiment: Experiment, *, run_dir: Path | None = None) -> RankResu
     client = Client(index=rank, experiment=experiment, x=x, y=y, workspace=workspace)
     recorder = RunRecorder(experiment, run_dir=run_dir) if rank == 0 else None
     x_test, y_test = federation.test_data()
-    delivered: bool | None = None
+    star = Star(experiment=experiment, aggregator=aggregator)
     cum_up = 0
     rounds = experiment.train.rounds
     # The recorder as a context: a failing run leaves its finished rounds and is closed.
     with recorder if recorder is not None else contextlib.nullcontext():
         for round in range(1, rounds + 1):
             start = time.perf_counter()
-            participants = sample_clients(experiment, round)
-            downlink = aggregator.broadcast(round, participants)
+            participants = star.sample(round)
+            downlink = star.broadcast(round, participants)
             data, numbers = b"", [math.nan, 0.0, math.nan]
             if rank in participants:
-                result = client.train_round(downlink[rank], round, delivered=delivered)
-                delivered = None  # consumed, as the simulator pops it
+                mine = downlink[rank]
+                result = client.train_round(mine.data, round, delivered=mine.delivered)
                 data = result.data or b""
                 spent = math.nan if result.epsilon is None else result.epsilon
                 numbers = [result.train_loss, result.compute_s, spent]
@@ -148,13 +150,8 @@ def run_rank(experiment: Experiment, *, run_dir: Path | None = None) -> RankResu
             blobs, infos = _exchange(data, numbers, workspace.device, traffic, round, rank)
             comm_s = time.perf_counter() - exchange
             for c in participants:
-                if blobs[c]:
-                    aggregator.receive(c, blobs[c])
-                else:
-                    aggregator.silent(c)
-            outcome = aggregator.finish_round()
-            if rank in outcome.delivered:
-                delivered = outcome.delivered[rank]
+                star.collect(c, blobs[c] or None)
+            outcome = star.finish().result
             bytes_up = sum(len(blobs[c]) for c in participants)
             cum_up += bytes_up
             if recorder is None:

@@ -21,7 +21,7 @@ import torch
 from thinwire.config import Experiment, load_config
 from thinwire.learning import save_model
 from thinwire.metrics import Record, RoundProgress, RunRecorder
-from thinwire.simulate import simulate
+from thinwire.runtimes.simulation import simulate
 from thinwire.simulate_checkpoint import latest_checkpoint
 from thinwire.tensorboard import TensorBoardLog
 

@@ -40,7 +40,8 @@ from thinwire.config import Experiment
 from thinwire.learning import Federation, load_federation, simulation_threads, torch_threads
 from thinwire.metrics import Record
 from thinwire.privacy import EPSILON_METRIC
-from thinwire.server import Aggregator, sample_clients
+from thinwire.runtimes.star import Star
+from thinwire.server import Aggregator
 from thinwire.simulate_checkpoint import (
     SimulationCheckpoint,
     checkpoint_file,
@@ -146,7 +147,7 @@ def _run_star(
     )
     channel = Channel(experiment.channel, len(clients))
     x_test, y_test = federation.test_data()
-    outcomes: dict[int, bool] = {}
+    delivered: dict[int, bool] = {}
     spent: dict[int, float] = {}
     records: list[Record] = []
     cum_up = cum_down = 0
@@ -163,44 +164,42 @@ def _run_star(
                 f"{resume}: round {saved.round} leaves nothing to run (train.rounds is "
                 f"{experiment.train.rounds})"
             )
-        outcomes, spent = dict(saved.delivered), dict(saved.spent)
+        delivered, spent = dict(saved.delivered), dict(saved.spent)
         cum_up, cum_down, first = saved.cum_bytes_up, saved.cum_bytes_down, saved.round + 1
         logger.info("resuming %s after round %d (%s)", experiment.name, saved.round, resume)
+    star = Star(experiment=experiment, aggregator=aggregator, delivered=delivered)
     every = _every(experiment) if checkpoints is not None else 0
     warned_slot = False
     rounds = experiment.train.rounds
     for round in range(first, rounds + 1):
         start = time.perf_counter()
-        participants = sample_clients(experiment, round)
-        downlink = aggregator.broadcast(round, participants)
-        up: dict[int, int] = {}
+        participants = star.sample(round)
+        downlink = star.broadcast(round, participants)
         losses: list[float] = []
         compute = 0.0
         for c in participants:
-            result = clients[c].train_round(downlink[c], round, delivered=outcomes.pop(c, None))
+            sent = downlink[c]
+            result = clients[c].train_round(sent.data, round, delivered=sent.delivered)
             compute = max(compute, result.compute_s)
             losses.append(result.train_loss)
             if result.epsilon is not None:
                 spent[c] = result.epsilon
+            star.collect(c, result.data)
             if result.data is None:
-                aggregator.silent(c)
                 continue
-            up[c] = len(result.data)
-            aggregator.receive(c, result.data)
-            if not warned_slot and not channel.fits_slot(c, up[c]):
+            if not warned_slot and not channel.fits_slot(c, len(result.data)):
                 warned_slot = True
                 logger.warning(
                     "round %d: a %d-byte update needs longer than a %.1f ms slot at client "
                     "%d's uplink rate; the frame time understates the transfer",
                     round,
-                    up[c],
+                    len(result.data),
                     experiment.channel.slot_ms,
                     c,
                 )
-        outcome = aggregator.finish_round()
-        outcomes.update(outcome.delivered)
+        finished = star.finish()
+        outcome, up, down = finished.result, finished.bytes_up, finished.bytes_down
 
-        down = {c: len(downlink[c]) for c in participants}
         cum_up += sum(up.values())
         cum_down += sum(down.values())
         evaluated = round % experiment.train.eval_every == 0 or round == rounds
@@ -240,7 +239,7 @@ def _run_star(
                     round,
                     aggregator.state,
                     [c.state for c in clients],
-                    outcomes,
+                    star.delivered,
                     spent,
                     cum_up,
                     cum_down,

@@ -17,7 +17,7 @@ from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
 from flwr.supercore.task_identity import TaskIdentity
 
-from thinwire.clients.flower_app import app as thinwire_client_app
+from thinwire.runtimes.flower.client_app import app as thinwire_client_app
 
 ClientAppCallable = Callable[[Message, Context], Message]
 FIRST_NODE = 1000

@@ -16,14 +16,12 @@ from flwr.app import Context, Message, RecordDict
 from flwr.common.constant import ErrorCode
 from flwr.supercore.task_identity import TaskIdentity
 
-from thinwire.clients import Client, flower_partition
-from thinwire.clients.flower_app import app
-from thinwire.clients.flower_partition import partition_folder
-from thinwire.clients.flower_state import StateStore, experiment_digest
+from thinwire.clients import Client
 from thinwire.config import Experiment, parse_config
 from thinwire.learning import evaluate, load_federation
-from thinwire.server import Aggregator
-from thinwire.server.flower_messages import (
+from thinwire.runtimes.flower import partition
+from thinwire.runtimes.flower.client_app import app
+from thinwire.runtimes.flower.messages import (
     EVALUATE,
     IDENTIFY,
     TRAIN,
@@ -35,6 +33,9 @@ from thinwire.server.flower_messages import (
     read_identity,
     read_train_reply,
 )
+from thinwire.runtimes.flower.partition import partition_folder
+from thinwire.runtimes.flower.state import StateStore, experiment_digest
+from thinwire.server import Aggregator
 
 
 @pytest.fixture(autouse=True)
@@ -251,7 +252,7 @@ def test_a_second_message_reads_the_partition_from_the_nodes_cache(
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a ClientApp rebuilt the federation although its cache is intact")
 
-    monkeypatch.setattr(flower_partition, "load_dataset", refuse)
+    monkeypatch.setattr(partition, "load_dataset", refuse)
     again = app(message(instruction(first_downlink(exp), 1), TRAIN), ctx)
     assert read_train_reply(again.content).update == read_train_reply(first.content).update
 
@@ -268,12 +269,12 @@ def test_importing_the_clientapp_leaves_out_what_a_message_does_not_need() -> No
         "torch._dynamo",
         "thinwire.cli",
         "thinwire.plots",
-        "thinwire.simulate",
+        "thinwire.runtimes.simulation",
         "thinwire.topologies",
-        "thinwire.server.flower_strategy",
+        "thinwire.runtimes.flower.strategy",
     ]
     probe = (
-        "import sys, json, thinwire.clients.flower_app; "
+        "import sys, json, thinwire.runtimes.flower.client_app; "
         "from thinwire.config import MLP; from thinwire.learning import build_model; "
         "build_model(MLP(hidden=[64]), (64,), 10, seed=None); "
         "build_model(MLP(), (64,), 10, seed=0); "

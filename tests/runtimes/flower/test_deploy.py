@@ -15,9 +15,8 @@ from flwr.common.config import parse_config_args
 from typer.testing import CliRunner
 
 from thinwire.cli import app as cli
-from thinwire.clients.flower_supernode import Supervisor
 from thinwire.config import FlowerRuntime, load_config, parse_config
-from thinwire.server.flower_deploy import (
+from thinwire.runtimes.flower.deploy import (
     CLIENT_APP,
     SERVER_APP,
     flower_environment,
@@ -27,9 +26,10 @@ from thinwire.server.flower_deploy import (
     write_app,
     write_connection,
 )
-from thinwire.server.flower_messages import read_run_config
+from thinwire.runtimes.flower.messages import read_run_config
+from thinwire.runtimes.flower.supernode import Supervisor
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "flower.yaml"
 runner = CliRunner()
 
@@ -205,7 +205,7 @@ def fake_flwr(folder: Path, status: str) -> Path:
         "    shutil.copy(os.path.join(sys.argv[2], 'pyproject.toml'), capture)\n"
         "    shutil.copy(os.path.join(os.environ['FLWR_HOME'], 'config.toml'), capture)\n"
         "    print('Successfully started run 42')\n"
-        "    print('INFO thinwire.server.flower_rounds: round 1/1')\n"
+        "    print('INFO thinwire.runtimes.flower.rounds: round 1/1')\n"
         "elif sys.argv[1] == 'ls':\n"
         f"    print(json.dumps({{'success': True, 'runs': [{{'status': {status!r}}}]}}))\n"
     )

@@ -10,7 +10,7 @@ import pytest
 from flower_local import set_task_identity
 from flwr.app import Message, RecordDict
 
-from thinwire.server.flower_exchange import Exchange
+from thinwire.runtimes.flower.exchange import Exchange
 
 
 class ScriptedGrid:

@@ -12,12 +12,12 @@ from flower_local import LocalGrid, set_task_identity
 from flwr.app import ArrayRecord, Context, Message
 from hostile_updates import CASES, hostile_bytes
 
-from thinwire.clients.flower_app import app as thinwire_client_app
 from thinwire.config import Experiment, parse_config
 from thinwire.learning import load_federation
+from thinwire.runtimes.flower.client_app import app as thinwire_client_app
+from thinwire.runtimes.flower.messages import TRAIN, TrainReply, read_instruction, train_reply
+from thinwire.runtimes.flower.strategy import RoundOutcome, StarStrategy
 from thinwire.server import Aggregator
-from thinwire.server.flower_messages import TRAIN, TrainReply, read_instruction, train_reply
-from thinwire.server.flower_strategy import StarStrategy
 from thinwire.wire import TensorSpec
 
 HOSTILE = 2
@@ -67,14 +67,22 @@ def test_a_hostile_clients_update_is_refused_and_the_run_finishes(case: str) -> 
     grid = LocalGrid({**run_config, "resume": ""}, 3)
     grid.client_apps[grid.node(HOSTILE)] = hostile_client(case, aggregator.uplink.wire_spec)
 
+    outcomes: list[RoundOutcome] = []
+    finish = strategy.finish_train
+
+    def spy(server_round: int, replies: Any) -> RoundOutcome:
+        outcomes.append(finish(server_round, replies))  # what Flower's loop does not keep
+        return outcomes[-1]
+
+    strategy.finish_train = spy
     initial = ArrayRecord(workspace.tensors())
     result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=ROUNDS, timeout=10)
 
     for round in range(1, ROUNDS + 1):
         metrics = result.train_metrics_clientapp[round]
         assert (metrics["updates"], metrics["rejected"], metrics["dropouts"]) == (3, 1, 0)
-    last = strategy.last_round
-    assert last is not None and set(last.rejected) == {HOSTILE}
+    last = outcomes[-1]
+    assert last.round == ROUNDS and set(last.rejected) == {HOSTILE}
     assert CASES[case].reason in last.rejected[HOSTILE]
     assert last.result.accepted == [0, 1]
     final = result.arrays.to_torch_state_dict()

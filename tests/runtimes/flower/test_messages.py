@@ -10,7 +10,7 @@ import yaml
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from thinwire.config import ConfigError, parse_config
-from thinwire.server.flower_messages import (
+from thinwire.runtimes.flower.messages import (
     UPDATE_STYPE,
     ClientEvaluation,
     Identity,

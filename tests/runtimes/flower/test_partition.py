@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import thinwire.clients.flower_partition as cache
-from thinwire.clients.flower_partition import data_digest, load_partition, partition_folder
+import thinwire.runtimes.flower.partition as cache
 from thinwire.config import Experiment, LogisticRegression, parse_config
 from thinwire.learning import load_federation
+from thinwire.runtimes.flower.partition import data_digest, load_partition, partition_folder
 
 
 @pytest.fixture

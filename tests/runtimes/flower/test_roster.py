@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from thinwire.server.flower_messages import Identity
-from thinwire.server.flower_roster import Roster
+from thinwire.runtimes.flower.messages import Identity
+from thinwire.runtimes.flower.roster import Roster
 
 
 def test_new_nodes_are_asked_once_and_identified() -> None:

@@ -13,20 +13,20 @@ import yaml
 from flower_local import LocalGrid, set_task_identity
 from flwr.app import Array, ArrayRecord, Context, Message
 
-from thinwire.clients.flower_app import app as client_app
-from thinwire.clients.flower_state import experiment_digest
 from thinwire.config import Experiment, parse_config
 from thinwire.learning import load_federation
 from thinwire.metrics import RunRecorder, load_records
-from thinwire.server import sample_clients
-from thinwire.server.flower_messages import (
+from thinwire.runtimes.flower.client_app import app as client_app
+from thinwire.runtimes.flower.messages import (
     TRAIN,
     default_state_dir,
     read_instruction,
     read_run_config,
 )
-from thinwire.server.flower_rounds import FlowerStar, QuorumError
-from thinwire.simulate import simulate
+from thinwire.runtimes.flower.rounds import FlowerStar, QuorumError
+from thinwire.runtimes.flower.state import experiment_digest
+from thinwire.runtimes.simulation import simulate
+from thinwire.server import sample_clients
 
 TOPK_EF = {"scope": "model", "select": {"kind": "topk", "density": 0.05}, "error_feedback": True}
 MULTISCALE = {"quantize": {"kind": "multiscale_qsgd", "bits": 4, "scales": 2, "bucket": 256}}

@@ -6,8 +6,8 @@ import pytest
 from star_helpers import tiny_experiment
 
 from thinwire.config import ConfigError
-from thinwire.server.flower_deploy import write_app
-from thinwire.server.flower_messages import read_run_config
+from thinwire.runtimes.flower.deploy import write_app
+from thinwire.runtimes.flower.messages import read_run_config
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from flwr.app import Context, RecordDict
 
 from thinwire.config import ConfigError, Experiment, parse_config
 from thinwire.metrics import load_records
-from thinwire.server.flower_app import app
+from thinwire.runtimes.flower.server_app import app
 
 
 def experiment(tmp_path: Path, **runtime: object) -> Experiment:

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from thinwire.clients.client import ClientState
-from thinwire.clients.flower_state import StateStore, experiment_digest
 from thinwire.config import parse_config
-from thinwire.server.flower_messages import StateLost
+from thinwire.runtimes.flower.messages import StateLost
+from thinwire.runtimes.flower.state import StateStore, experiment_digest
 from thinwire.statetree import flatten
 
 MODEL = {"w": torch.zeros(2, 3), "b": torch.zeros(3)}

@@ -11,18 +11,18 @@ import yaml
 from flower_local import LocalGrid, set_task_identity
 from flwr.app import ArrayRecord, ConfigRecord, Message
 
-from thinwire.clients.flower_state import StateStore, experiment_digest
 from thinwire.config import Experiment, parse_config
 from thinwire.learning import load_federation
-from thinwire.server import Aggregator
-from thinwire.server.flower_messages import (
+from thinwire.runtimes.flower.messages import (
     IDENTIFY,
     TRAIN,
     default_state_dir,
     read_instruction,
 )
-from thinwire.server.flower_strategy import QuorumError, StarStrategy
-from thinwire.simulate import simulate
+from thinwire.runtimes.flower.state import StateStore, experiment_digest
+from thinwire.runtimes.flower.strategy import QuorumError, StarStrategy
+from thinwire.runtimes.simulation import simulate
+from thinwire.server import Aggregator
 from thinwire.wire import Kind, decode
 
 TOPK_EF = {"scope": "model", "select": {"kind": "topk", "density": 0.05}, "error_feedback": True}
@@ -90,10 +90,8 @@ def test_missing_replies_are_dropouts_and_too_few_restore_the_server() -> None:
     strategy.identify(grid)  # they answer again, and the round is retried
     messages = list(strategy.configure_train(1, ArrayRecord(), ConfigRecord(), grid))
     replies = list(grid.send_and_receive(messages))
-    arrays, metrics = strategy.aggregate_train(1, replies[:2])
-    assert arrays is not None and metrics is not None
-    assert (metrics["updates"], metrics["dropouts"]) == (2, 1)
-    assert strategy.last_round is not None and list(strategy.last_round.dropped) == [2]
+    outcome = strategy.finish_train(1, replies[:2])
+    assert (len(outcome.bytes_up), list(outcome.dropped)) == (2, [2])
 
 
 def test_replies_to_other_messages_are_ignored() -> None:
@@ -160,12 +158,9 @@ def test_a_client_whose_state_is_gone_is_counted_and_resynchronized(
     store = StateStore(default_state_dir(), experiment=experiment_digest(exp), partition=1, keep=1)
     shutil.rmtree(store.folder)  # client 1's host lost its disk
     messages = list(strategy.configure_train(3, ArrayRecord(), ConfigRecord(), grid))
-    _, metrics = strategy.aggregate_train(3, grid.send_and_receive(messages))
-    assert metrics is not None
-    assert (metrics["updates"], metrics["state-lost"], metrics["dropouts"]) == (2, 1, 0)
+    outcome = strategy.finish_train(3, grid.send_and_receive(messages))
+    assert (len(outcome.bytes_up), list(outcome.state_lost), outcome.dropped) == (2, [1], {})
     assert "round 3: client 1 lost its state, re-synchronizing it: StateLost: " in caplog.text
-    outcome = strategy.last_round
-    assert outcome is not None and list(outcome.state_lost) == [1]
     assert outcome.result.accepted == [0, 2]  # nothing of client 1 was averaged
     messages = list(strategy.configure_train(4, ArrayRecord(), ConfigRecord(), grid))
     assert kinds_sent(strategy, messages) == {

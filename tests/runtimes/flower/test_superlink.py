@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from thinwire.server.flower_superlink import descendants
+from thinwire.runtimes.flower.superlink import descendants
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
 
@@ -38,7 +38,7 @@ def started(tmp_path: Path, *, starter: list[str] | None = None) -> tuple[subpro
     script = tmp_path / "daemon.py"
     script.write_text(SPAWNER)
     pid_file = tmp_path / "grandchild"
-    command = [sys.executable, "-m", "thinwire.server.flower_superlink"]
+    command = [sys.executable, "-m", "thinwire.runtimes.flower.superlink"]
     command += [sys.executable, str(script), str(pid_file)]
     process = subprocess.Popen([*(starter or []), *command], start_new_session=True)
     deadline = time.monotonic() + 60

@@ -9,7 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
-from thinwire.clients.flower_supernode import FAILED_CONNECTION, Supervisor
+from thinwire.runtimes.flower.supernode import FAILED_CONNECTION, Supervisor
 
 FAKE = """\
 import pathlib, sys, time

@@ -4,15 +4,15 @@ Flower runs `app` in a fresh `flwr-clientapp` process for every message, so each
 rebuilds the client from scratch: the experiment from the run config (the YAML that travels
 with the run), the client index from the node config (`partition-id`, below `data.clients`,
 which `num-partitions` must equal when it is given), its data from the node's cache of its
-partition (`thinwire.clients.flower_partition`; the data set is loaded and split only when the
+partition (`thinwire.runtimes.flower.partition`; the data set is loaded and split only when the
 cache is missing or damaged), and its `ClientState` from the node's state folder
-(`thinwire.clients.flower_state`: node config `state-dir`, keyed by experiment and partition),
+(`thinwire.runtimes.flower.state`: node config `state-dir`, keyed by experiment and partition),
 at the round the server's train message names; `context.state` keeps only a small record of
 the last save (run, round, digest). Training is `thinwire.clients.Client.train_round`, the
 very method the simulator calls. The device follows `train.device`: `auto` trains on CUDA when
 the host has a GPU, on the CPU otherwise.
 
-Handlers (message types, see `thinwire.server.flower_messages`):
+Handlers (message types, see `thinwire.runtimes.flower.messages`):
 
 - `query`: answers which partition this SuperNode serves;
 - `train`: trains one round and replies with the update bytes (none when the policy kept
@@ -34,13 +34,11 @@ from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 
 from thinwire.clients.client import Client, ClientState
-from thinwire.clients.flower_partition import load_partition
-from thinwire.clients.flower_state import StateStore, experiment_digest
 from thinwire.codecs.model import ModelCodec
 from thinwire.config import ConfigError, FlowerRuntime
 from thinwire.learning import Workspace, build_model, resolve_device
 from thinwire.learning import evaluate as evaluate_model
-from thinwire.server.flower_messages import (
+from thinwire.runtimes.flower.messages import (
     ClientEvaluation,
     StateLost,
     TrainReply,
@@ -52,6 +50,8 @@ from thinwire.server.flower_messages import (
     read_run_config,
     train_reply,
 )
+from thinwire.runtimes.flower.partition import load_partition
+from thinwire.runtimes.flower.state import StateStore, experiment_digest
 from thinwire.wire import Kind, WireError, decode
 
 __all__ = ["app"]

@@ -30,7 +30,7 @@ from pathlib import Path
 import yaml
 
 from thinwire.config import Experiment
-from thinwire.server.flower_messages import (
+from thinwire.runtimes.flower.messages import (
     NODE_NUM_PARTITIONS,
     NODE_PARTITION,
     NODE_STATE_DIR,
@@ -39,7 +39,7 @@ from thinwire.server.flower_messages import (
     RUN_RESUME,
     read_run_config,
 )
-from thinwire.server.flower_run_config import field_keys
+from thinwire.runtimes.flower.run_config import field_keys
 
 __all__ = [
     "CLIENT_APP",
@@ -56,8 +56,8 @@ __all__ = [
     "write_connection",
 ]
 
-SERVER_APP = "thinwire.server.flower_app:app"
-CLIENT_APP = "thinwire.clients.flower_app:app"
+SERVER_APP = "thinwire.runtimes.flower.server_app:app"
+CLIENT_APP = "thinwire.runtimes.flower.client_app:app"
 CONNECTION = "thinwire"
 """The connection name `write_connection` writes and `thinwire server` uses."""
 
@@ -173,7 +173,7 @@ def supernode_command(
         root_certificates: PEM bundle of the CA that signed the SuperLink's certificate.
         state_dir: the folder where the node keeps its client's state between messages
             (node-local, persistent); None leaves the ClientApp's default
-            (`thinwire.server.flower_messages.default_state_dir`).
+            (`thinwire.runtimes.flower.messages.default_state_dir`).
     """
     if partition < 0 or (partitions is not None and partition >= partitions):
         raise ValueError(f"partition {partition} is not in [0, {partitions})")

@@ -46,7 +46,7 @@ from flwr.app import (
 )
 
 from thinwire.config import ConfigError, Experiment, parse_config
-from thinwire.server.flower_run_config import apply_field_keys
+from thinwire.runtimes.flower.run_config import apply_field_keys
 from thinwire.wire import WireError
 
 __all__ = [
@@ -159,7 +159,7 @@ class RunSettings(NamedTuple):
 def read_run_config(run_config: Mapping[str, Any]) -> RunSettings:
     """Parses a run config written by `thinwire server` (or edited for `flwr run`).
 
-    Field keys (`train.rounds`, see `thinwire.server.flower_run_config`) that differ from
+    Field keys (`train.rounds`, see `thinwire.runtimes.flower.run_config`) that differ from
     the experiment YAML override it.
 
     Raises:

@@ -1,8 +1,8 @@
 """Checked folders on a SuperNode's disk: written whole or not at all, verified on read.
 
 A node keeps two kinds of files between ClientApp processes: client states
-(`thinwire.clients.flower_state`) and cached data partitions
-(`thinwire.clients.flower_partition`). Both are a folder holding `tensors.pt` (every tensor,
+(`thinwire.runtimes.flower.state`) and cached data partitions
+(`thinwire.runtimes.flower.partition`). Both are a folder holding `tensors.pt` (every tensor,
 `torch.save`, read back memory-mapped) and `manifest.json` (what the folder belongs to, the
 size and SHA-256 of `tensors.pt`, and a digest of the manifest itself). `write_folder` builds
 the folder under a temporary name and renames it into place, so a reader sees a whole folder

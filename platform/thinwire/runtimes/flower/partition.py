@@ -4,7 +4,7 @@ Flower starts a fresh ClientApp process for every message. Without a cache each 
 whole data set and partitions it over every client only to keep one client's share; with a
 file data set (MNIST, CIFAR-10) that is most of a cold start. `load_partition` keeps the
 share in the SuperNode's state folder instead, beside the client states
-(`thinwire.clients.flower_state`), keyed by what determines it: the experiment's `data`
+(`thinwire.runtimes.flower.state`), keyed by what determines it: the experiment's `data`
 section and `seed` (`data_digest`) and the partition id:
 
     <state-dir>/partitions/<data digest>/client-<partition>/
@@ -12,7 +12,7 @@ section and `seed` (`data_digest`) and the partition id:
         manifest.json   data digest, partition, input shape, class count, size and SHA-256
                         of tensors.pt, and the digest of it all
 
-The folder is written whole or not at all (`thinwire.clients._node_files`) and checked on
+The folder is written whole or not at all (`thinwire.runtimes.flower.node_files`) and checked on
 every read like a state: a cache that is missing, damaged or not of this partition is
 rebuilt from the data set and written again, never trusted; a cache that cannot be written
 (a full or read-only disk) is logged and the message goes on with the rebuilt partition. The
@@ -30,9 +30,9 @@ from typing import Any, NamedTuple
 
 import torch
 
-from thinwire.clients._node_files import Damaged, read_manifest, read_tensors, write_folder
 from thinwire.config import Experiment
 from thinwire.learning import client_indices, load_dataset
+from thinwire.runtimes.flower.node_files import Damaged, read_manifest, read_tensors, write_folder
 
 __all__ = ["Partition", "data_digest", "load_partition", "partition_folder"]
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from thinwire.server.flower_messages import Identity
+from thinwire.runtimes.flower.messages import Identity
 
 __all__ = ["Roster"]
 

@@ -1,9 +1,9 @@
 """The ServerApp's round loop: `StarStrategy` driven over the grid with a short poll.
 
-`FlowerStar.run` mirrors `thinwire.simulate` round for round, with the same `Aggregator` (in
-a `StarStrategy`), so a seeded experiment gives the same model and the same byte counts in
-both runtimes. It does what Flower's `Strategy.start` does, with three differences that
-matter for a deployment:
+`FlowerStar.run` mirrors `thinwire.runtimes.simulation` round for round: both drive the same
+`thinwire.runtimes.star.Star` (here inside a `StarStrategy`), so a seeded experiment gives the
+same model and the same byte counts in both runtimes. It does what Flower's `Strategy.start`
+does, with three differences that matter for a deployment:
 
 - replies are pulled every `runtime.poll_interval_s` (Flower's loop pulls every 3 s, which
   sets the pace of a round on a fast network), and identify queries to nodes that connect
@@ -37,12 +37,11 @@ from thinwire.config import Experiment
 from thinwire.learning import Federation
 from thinwire.metrics import Record, RunRecorder
 from thinwire.privacy import EPSILON_METRIC
+from thinwire.runtimes.flower.exchange import Exchange
+from thinwire.runtimes.flower.messages import IDENTIFY
+from thinwire.runtimes.flower.strategy import QuorumError, StarStrategy
 from thinwire.server.aggregator import Aggregator
 from thinwire.server.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
-from thinwire.server.flower_exchange import Exchange
-from thinwire.server.flower_messages import IDENTIFY
-from thinwire.server.flower_strategy import QuorumError, StarStrategy
-from thinwire.server.sampling import sample_clients
 
 __all__ = ["FlowerStar", "QuorumError"]
 
@@ -80,8 +79,9 @@ class FlowerStar:
             aggregator.state = checkpoint.state
             self.cum_up, self.cum_down = checkpoint.cum_bytes_up, checkpoint.cum_bytes_down
             delivered = checkpoint.delivered
-        self.strategy = StarStrategy(experiment=experiment, aggregator=aggregator)
-        self.strategy.outcomes.update(delivered)
+        self.strategy = StarStrategy(
+            experiment=experiment, aggregator=aggregator, delivered=delivered
+        )
         self.settings = self.strategy.settings
         self.roster = self.strategy.roster
         self.channel = Channel(experiment.channel, experiment.data.clients)
@@ -140,7 +140,7 @@ class FlowerStar:
             state=state,
             cum_bytes_up=self.cum_up,
             cum_bytes_down=self.cum_down,
-            delivered=self.strategy.outcomes,
+            delivered=self.strategy.star.delivered,
         )
         return path
 
@@ -149,7 +149,7 @@ class FlowerStar:
     def _round(self, round: int) -> Record:
         start = time.perf_counter()
         settings = self.settings
-        sampled = set(sample_clients(self.experiment, round))
+        sampled = set(self.strategy.star.sample(round))
         needed = min(settings.min_replies, len(sampled))
         if not self._await_clients(
             lambda: len(sampled & set(self.roster.live())) >= needed,
@@ -166,13 +166,10 @@ class FlowerStar:
         messages = self.strategy.configure_train(round, ArrayRecord(), ConfigRecord(), self.grid)
         deadline_s = self.strategy.deadline_s(round)
         try:
-            self.strategy.aggregate_train(round, self._exchange(list(messages), deadline_s))
+            outcome = self.strategy.finish_train(round, self._exchange(list(messages), deadline_s))
         except QuorumError as exc:
             path = self._checkpoint()
             raise QuorumError(f"{exc}. Resume with --resume {path}") from None
-        outcome = self.strategy.last_round
-        if outcome is None or outcome.round != round:  # aggregate_train sets it or raises
-            raise RuntimeError(f"round {round}: the strategy reported no outcome")
         self.cum_up += sum(outcome.bytes_up.values())
         self.cum_down += sum(outcome.bytes_down.values())
         rounds = self.experiment.train.rounds
@@ -213,14 +210,12 @@ class FlowerStar:
             self.strategy.configure_evaluate(round, ArrayRecord(), ConfigRecord(), self.grid)
         )
         if evaluate:
-            metrics = self.strategy.aggregate_evaluate(
+            found = self.strategy.finish_evaluate(
                 round, self._exchange(evaluate, settings.round_timeout_s)
             )
-            if metrics is None:  # StarStrategy always returns a record
-                raise RuntimeError(f"round {round}: the strategy returned no evaluation")
-            record["client_accuracy"] = float(metrics["accuracy"])
-            record["client_loss"] = float(metrics["loss"])
-            record["eval_bytes_down"] = int(metrics["bytes-down"])
+            record["client_accuracy"] = found.accuracy
+            record["client_loss"] = found.loss
+            record["eval_bytes_down"] = found.bytes_down
         record["wall_s"] = time.perf_counter() - start
         return record
 

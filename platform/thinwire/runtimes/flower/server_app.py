@@ -1,14 +1,14 @@
 """thinwire's Flower ServerApp: the star's server on Flower's deployment engine.
 
 Flower loads `app` from the run's app folder (`[tool.flwr.app.components] serverapp =
-"thinwire.server.flower_app:app"`, written by `thinwire server`) in a `flwr-serverapp`
+"thinwire.runtimes.flower.server_app:app"`, written by `thinwire server`) in a `flwr-serverapp`
 process next to the SuperLink. `main` reads the experiment from the run config, builds the
 same federation and `Aggregator` as the simulator, and hands the rounds to `FlowerStar`
-(`thinwire.server.flower_rounds`): a fast loop over the grid that drives `StarStrategy`,
-thinwire's Flower `Strategy` around the Aggregator (`thinwire.server.flower_strategy`), and
+(`thinwire.runtimes.flower.rounds`): a fast loop over the grid that drives `StarStrategy`,
+thinwire's Flower `Strategy` around the Aggregator (`thinwire.runtimes.flower.strategy`), and
 writes the run folder as rounds finish.
 
-Run config (`[tool.flwr.app.config]`, see `thinwire.server.flower_messages`):
+Run config (`[tool.flwr.app.config]`, see `thinwire.runtimes.flower.messages`):
 
     experiment   the experiment YAML, resolved (the same file drives simulation)
     run-dir      absolute run folder to write; "" makes a new one under `output`
@@ -27,8 +27,8 @@ from flwr.serverapp import Grid, ServerApp
 
 from thinwire.learning import load_federation
 from thinwire.metrics import RunRecorder
-from thinwire.server.flower_messages import read_run_config
-from thinwire.server.flower_rounds import FlowerStar
+from thinwire.runtimes.flower.messages import read_run_config
+from thinwire.runtimes.flower.rounds import FlowerStar
 
 __all__ = ["app", "main"]
 

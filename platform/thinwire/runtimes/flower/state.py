@@ -35,10 +35,10 @@ from typing import Any
 
 import torch
 
-from thinwire.clients._node_files import Damaged, read_manifest, read_tensors, write_folder
 from thinwire.clients.client import ClientState
 from thinwire.config import Experiment
-from thinwire.server.flower_messages import StateLost
+from thinwire.runtimes.flower.messages import StateLost
+from thinwire.runtimes.flower.node_files import Damaged, read_manifest, read_tensors, write_folder
 from thinwire.statetree import Leaf, flatten, unflatten
 
 __all__ = ["StateStore", "experiment_digest"]

@@ -1,38 +1,40 @@
 """thinwire's star as a Flower `Strategy`: the Aggregator decides what travels and how it adds up.
 
-`StarStrategy` implements Flower's strategy interface around `thinwire.server.Aggregator`:
+`StarStrategy` implements Flower's strategy interface around one `thinwire.runtimes.star.Star`
+(the round every runtime drives) and its `thinwire.server.Aggregator`:
 
-- `configure_train` samples the round's clients (`sample_clients`, seeded as in the
-  simulator), keeps those whose SuperNode is live, and builds one train message per client:
-  its downlink bytes from `Aggregator.broadcast`, the round, whether its previous update
-  counted (the `RoundResult.delivered` of the round it last sent in), and the round its kept
-  state must be at (the last round it was sent a train message, `AggregatorState.received`).
-- `aggregate_train` feeds each reply's update bytes to `Aggregator.receive` (which validates
-  them; a `WireError` drops that update and is logged), tells `Aggregator.silent` of replies
-  without update bytes (a censored client, whose last update CSGD reuses, or one that kept
-  its update back on a random-access uplink), counts error replies or missing ones as
-  dropouts, counts `StateLost` errors (a client whose kept state is missing, stale or
-  damaged) and re-synchronizes those clients (the full model and a fresh state when next
-  sampled: the server forgets they hold anything), and finishes with
-  `Aggregator.finish_round`: slot arbitration on a random-access uplink, each update decoded
-  and bounded (a refused one is counted in `rejected` and the round goes on), then the
-  aggregate in client order (arrival order does not matter). Each client learns whether its
-  update counted (its slot outcome) with its next train message. With fewer answers than
-  `runtime.min_replies` it restores the server and raises `QuorumError`.
+- `configure_train` samples the round's clients (`Star.sample`, seeded as in the
+  simulator), keeps those whose SuperNode is live, and builds one train message per client
+  from its `Star.broadcast` downlink: its downlink bytes, the round, whether its previous
+  update counted, and the round its kept state must be at (the last round it was sent a
+  train message, `AggregatorState.received`).
+- `finish_train` (behind Flower's `aggregate_train`) hands each reply's update bytes to
+  `Star.collect` (the Aggregator validates them; a `WireError` drops that update and is
+  logged; a reply without update bytes is a censored client, whose last update CSGD reuses,
+  or one that kept its update back on a random-access uplink), counts error replies or
+  missing ones as dropouts, counts `StateLost` errors (a client whose kept state is missing,
+  stale or damaged) and re-synchronizes those clients (the full model and a fresh state when
+  next sampled: the server forgets they hold anything), and finishes with `Star.finish`:
+  slot arbitration on a random-access uplink, each update decoded and bounded (a refused
+  one is counted in `rejected` and the round goes on), then the aggregate in client order
+  (arrival order does not matter). It returns the round's `RoundOutcome`. Each client
+  learns whether its update counted (its slot outcome) with its next train message. With
+  fewer answers than `runtime.min_replies` it restores the server and raises `QuorumError`.
 - `configure_evaluate` / `aggregate_evaluate` measure the global model on the clients' own
   data when `runtime.client_eval` is on.
 
 The model lives in the Aggregator, not in the `ArrayRecord`s Flower's loop threads through
 (those are ignored on the way in and are a copy of the global model on the way out), so the
-strategy runs both under `Strategy.start` and under `thinwire.server.flower_rounds`, the
-ServerApp's faster loop. What each round did is kept in `last_round` for the run folder.
+strategy runs both under `Strategy.start` (through `aggregate_train`) and under
+`thinwire.runtimes.flower.rounds`, the ServerApp's faster loop, which calls `finish_train`
+and writes the outcome it returns to the run folder.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
@@ -42,8 +44,7 @@ from flwr.serverapp.strategy import Strategy
 
 from thinwire.codecs.model import ModelCodec
 from thinwire.config import Experiment, FlowerRuntime
-from thinwire.server.aggregator import Aggregator, AggregatorState, RoundResult
-from thinwire.server.flower_messages import (
+from thinwire.runtimes.flower.messages import (
     EVALUATE,
     IDENTIFY,
     TRAIN,
@@ -55,11 +56,12 @@ from thinwire.server.flower_messages import (
     read_identity,
     read_train_reply,
 )
-from thinwire.server.flower_roster import Roster
-from thinwire.server.sampling import sample_clients
+from thinwire.runtimes.flower.roster import Roster
+from thinwire.runtimes.star import Star, StarOutcome
+from thinwire.server import Aggregator, RoundResult
 from thinwire.wire import Kind, Update, WireError, encode
 
-__all__ = ["QuorumError", "RoundOutcome", "StarStrategy"]
+__all__ = ["EvaluationOutcome", "QuorumError", "RoundOutcome", "StarStrategy"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,12 +89,18 @@ class RoundOutcome(NamedTuple):
     state_lost: dict[int, str] = {}  # client -> why its kept state was unusable (re-synced)
 
 
+class EvaluationOutcome(NamedTuple):
+    """What one round's evaluation on the clients' own data found."""
+
+    accuracy: float  # weighted by the clients' examples; NaN if none answered
+    loss: float
+    clients: int  # clients that answered
+    bytes_down: int  # model bytes sent to evaluate
+
+
 class _OpenRound(NamedTuple):
     round: int
-    before: AggregatorState  # the server before the round, restored if the round fails
-    told: dict[int, bool]  # `outcomes` before the round, restored with it
     messages: dict[int, Message]  # client -> its message (ids are set once pushed)
-    bytes_down: dict[int, int]
 
 
 class StarStrategy(Strategy):
@@ -102,23 +110,33 @@ class StarStrategy(Strategy):
         experiment: the run's experiment (its `runtime`, if `flower`, sets quorum and TTLs).
         aggregator: the server's round logic and global model.
         roster: which node serves which client; shared with the loop that identifies them.
+        delivered: for each client told nothing yet, whether its last update counted (a
+            resumed run's, from its checkpoint).
     """
 
     def __init__(
-        self, *, experiment: Experiment, aggregator: Aggregator, roster: Roster | None = None
+        self,
+        *,
+        experiment: Experiment,
+        aggregator: Aggregator,
+        roster: Roster | None = None,
+        delivered: Mapping[int, bool] | None = None,
     ) -> None:
         runtime = experiment.runtime
         self.settings = runtime if isinstance(runtime, FlowerRuntime) else FlowerRuntime()
         self.experiment = experiment
-        self.aggregator = aggregator
+        self.star = Star(experiment=experiment, aggregator=aggregator, delivered=delivered)
         self.roster = roster if roster is not None else Roster(experiment.data.clients)
         self.dense = ModelCodec.dense(aggregator.workspace.spec)
-        self.outcomes: dict[int, bool] = {}  # client -> did its last update count
         self.first_round = aggregator.state.round + 1  # the round whose clients start cold
-        self.last_round: RoundOutcome | None = None
         self._open: _OpenRound | None = None
         self._evaluating: dict[int, Message] = {}
         self._evaluation_bytes = 0
+
+    @property
+    def aggregator(self) -> Aggregator:
+        """The server's round logic and global model."""
+        return self.star.aggregator
 
     def deadline_s(self, server_round: int) -> float:
         """How long `server_round` waits for its replies (the first round, longer)."""
@@ -137,37 +155,53 @@ class StarStrategy(Strategy):
         del arrays, config  # the model is the Aggregator's; thinwire sends its own bytes
         if not self.roster.live():
             self.identify(grid)
-        sampled = sample_clients(self.experiment, server_round)
+        sampled = self.star.sample(server_round)
         live = set(self.roster.live())
         participants = [c for c in sampled if c in live]
         if len(participants) < len(sampled):
             absent = sorted(set(sampled) - live)
             logger.warning("round %d: sampled clients %s are not connected", server_round, absent)
-        before, told = self.aggregator.state, dict(self.outcomes)
-        downlink = self.aggregator.broadcast(server_round, participants)
+        downlink = self.star.broadcast(server_round, participants)
         messages = {
             c: Message(
-                instruction(
-                    downlink[c],
-                    server_round,
-                    self.outcomes.pop(c, None),
-                    state_round=before.received.get(str(c), 0),
-                ),
+                instruction(d.data, server_round, d.delivered, state_round=d.state_round),
                 self.roster.node(c),
                 TRAIN,
                 ttl=self.deadline_s(server_round),
                 group_id=str(server_round),
             )
-            for c in participants
+            for c, d in downlink.items()
         }
-        down = {c: len(downlink[c]) for c in participants}
-        self._open = _OpenRound(server_round, before, told, messages, down)
+        self._open = _OpenRound(server_round, messages)
         return list(messages.values())
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Validates and averages the round's updates; returns the new global model.
+        """Flower's interface to `finish_train`: the new global model and the round's metrics.
+
+        Raises:
+            QuorumError: fewer than `runtime.min_replies` clients answered; the server is
+                left as it was before the round.
+        """
+        outcome = self.finish_train(server_round, replies)
+        losses = [r.train_loss for r in outcome.replies.values()]
+        metrics = MetricRecord(
+            {
+                "train-loss": sum(losses) / len(losses) if losses else math.nan,
+                "bytes-up": sum(outcome.bytes_up.values()),
+                "bytes-down": sum(outcome.bytes_down.values()),
+                "updates": len(outcome.bytes_up),
+                "censored": len(outcome.result.silent),
+                "rejected": len(outcome.rejected),
+                "dropouts": len(outcome.dropped),
+                "state-lost": len(outcome.state_lost),
+            }
+        )
+        return ArrayRecord({k: v.detach().cpu() for k, v in self.aggregator.model.items()}), metrics
+
+    def finish_train(self, server_round: int, replies: Iterable[Message]) -> RoundOutcome:
+        """Validates and averages the round's updates; returns what the round did.
 
         Raises:
             QuorumError: fewer than `runtime.min_replies` clients answered; the server is
@@ -202,23 +236,22 @@ class StarStrategy(Strategy):
                 answer = read_train_reply(reply.content)
             except WireError as exc:
                 rejected[client] = str(exc)
+                self.star.refuse(client)
                 logger.warning(
                     "round %d: client %d: malformed reply: WireError: %s", server_round, client, exc
                 )
                 continue
             trained[client] = answer
-            if answer.update is None:
-                self.aggregator.silent(client)  # censored, or no slot: CSGD may reuse its last
-            else:
-                receipt = self.aggregator.receive(client, answer.update)
-                if not receipt.accepted:
-                    rejected[client] = str(receipt.error)
-                    logger.warning(
-                        "round %d: client %d: update dropped: WireError: %s",
-                        server_round,
-                        client,
-                        receipt.error,
-                    )
+            # No update: censored, or no slot (CSGD may reuse its last).
+            receipt = self.star.collect(client, answer.update)
+            if answer.update is not None and not receipt.accepted:
+                rejected[client] = str(receipt.error)
+                logger.warning(
+                    "round %d: client %d: update dropped: WireError: %s",
+                    server_round,
+                    client,
+                    receipt.error,
+                )
         for client in open.messages:
             if not any(client in seen for seen in (trained, rejected, dropped, lost)):
                 dropped[client] = "no reply by the deadline"
@@ -227,65 +260,40 @@ class StarStrategy(Strategy):
             self.roster.drop(client)
         answered = len(set(trained) | set(rejected) | set(lost))
         if answered < self.settings.min_replies:
-            self.aggregator.state, self.outcomes = open.before, open.told
+            self.star.cancel()
             raise QuorumError(
                 f"round {server_round}: {answered} of {len(open.messages)} clients answered "
                 f"within {self.deadline_s(server_round):g} s; runtime.min_replies is "
                 f"{self.settings.min_replies}"
             )
-        result = self._finish(server_round)
-        rejected.update(result.rejected)  # refused on arrival, or when decoded and bounded
-        self._resynchronize(lost)
-        self.outcomes.update(result.delivered)
-        self.outcomes.update({c: False for c in rejected if c not in trained})
-        up = {c: len(r.update) for c, r in trained.items() if r.update is not None}
-        self.last_round = RoundOutcome(
+        finished = self._finish(server_round)
+        rejected.update(finished.result.rejected)  # refused on arrival, or decoded and bounded
+        self.star.resynchronize(lost)
+        return RoundOutcome(
             server_round,
-            sorted(open.messages),
-            open.bytes_down,
-            up,
+            finished.participants,
+            finished.bytes_down,
+            finished.bytes_up,
             trained,
             rejected,
             dropped,
-            result,
+            finished.result,
             lost,
         )
-        losses = [r.train_loss for r in trained.values()]
-        metrics = MetricRecord(
-            {
-                "train-loss": sum(losses) / len(losses) if losses else math.nan,
-                "bytes-up": sum(up.values()),
-                "bytes-down": sum(open.bytes_down.values()),
-                "updates": len(up),
-                "censored": len(result.silent),
-                "rejected": len(rejected),
-                "dropouts": len(dropped),
-                "state-lost": len(lost),
-            }
-        )
-        return ArrayRecord({k: v.detach().cpu() for k, v in self.aggregator.model.items()}), metrics
 
-    def _finish(self, server_round: int) -> RoundResult:
-        """`Aggregator.finish_round`, which confines each client's update to itself.
+    def _finish(self, server_round: int) -> StarOutcome:
+        """`Star.finish` (`Aggregator.finish_round`, which confines each update to itself).
 
         Should the server's own step fail, the round closes with the model unchanged
         instead of ending the run.
         """
         try:
-            return self.aggregator.finish_round()
+            return self.star.finish()
         except Exception as exc:
             logger.exception(
                 "round %d: the server step failed; the model is unchanged", server_round
             )
-            return self.aggregator.abandon_round(f"server step failed: {exc!r}")
-
-    def _resynchronize(self, clients: Iterable[int]) -> None:
-        """Makes `clients` start afresh: the full model, state round 0 (no kept state)."""
-        received = dict(self.aggregator.state.received)
-        for client in clients:
-            received.pop(str(client), None)
-            self.outcomes.pop(client, None)
-        self.aggregator.state = self.aggregator.state._replace(received=received)
+            return self.star.abandon(f"server step failed: {exc!r}")
 
     # ------------------------------------------------------------------ evaluation
 
@@ -319,6 +327,18 @@ class StarStrategy(Strategy):
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
+        """Flower's interface to `finish_evaluate`, as a metric record."""
+        summary = self.finish_evaluate(server_round, replies)
+        return MetricRecord(
+            {
+                "accuracy": summary.accuracy,
+                "loss": summary.loss,
+                "clients": summary.clients,
+                "bytes-down": summary.bytes_down,
+            }
+        )
+
+    def finish_evaluate(self, server_round: int, replies: Iterable[Message]) -> EvaluationOutcome:
         """Accuracy and loss on the clients' data, how many answered, the bytes sent.
 
         Accuracy and loss are weighted by the clients' examples, NaN if none answered.
@@ -340,13 +360,11 @@ class StarStrategy(Strategy):
         def mean(values: Iterable[float]) -> float:
             return sum(values) / examples if examples else math.nan
 
-        return MetricRecord(
-            {
-                "accuracy": mean(r.accuracy * r.num_examples for r in results.values()),
-                "loss": mean(r.loss * r.num_examples for r in results.values()),
-                "clients": len(results),
-                "bytes-down": self._evaluation_bytes,
-            }
+        return EvaluationOutcome(
+            mean(r.accuracy * r.num_examples for r in results.values()),
+            mean(r.loss * r.num_examples for r in results.values()),
+            len(results),
+            self._evaluation_bytes,
         )
 
     # ------------------------------------------------------------------ who is there

@@ -12,10 +12,10 @@ orphaned run. So the SuperLink runs under this small supervisor:
    reaps them all (no zombies hide a dead parent from Flower's watchers);
 2. it runs the SuperLink command and waits;
 3. on SIGTERM or SIGINT (its starter stopping it, or the parent-death signal its starter
-   armed with `thinwire.server.flower_deploy.die_with_parent`), or when the SuperLink
+   armed with `thinwire.runtimes.flower.deploy.die_with_parent`), or when the SuperLink
    exits, it stops every descendant (SIGTERM, then SIGKILL after `grace_s`) and exits.
 
-Run it as `python -m thinwire.server.flower_superlink flower-superlink ARGS...`. Linux only
+Run it as `python -m thinwire.runtimes.flower.superlink flower-superlink ARGS...`. Linux only
 (subreapers and `/proc`); elsewhere the SuperLink simply runs as its child.
 """
 
@@ -121,9 +121,9 @@ def _parent_pids() -> Iterator[tuple[int, int]]:
 
 
 def main() -> None:
-    """`python -m thinwire.server.flower_superlink COMMAND...`."""
+    """`python -m thinwire.runtimes.flower.superlink COMMAND...`."""
     if len(sys.argv) < 2:
-        sys.exit("usage: python -m thinwire.server.flower_superlink COMMAND [ARGS...]")
+        sys.exit("usage: python -m thinwire.runtimes.flower.superlink COMMAND [ARGS...]")
     sys.exit(supervise(sys.argv[1:]))
 
 

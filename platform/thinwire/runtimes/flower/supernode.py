@@ -7,7 +7,7 @@ down (an unauthorized reply) or keeps logging "Connection attempt failed" foreve
 `Supervisor` runs `flower-supernode` as its child, passes its output through, and starts a
 fresh one (which registers anew) when the child has done nothing but fail to connect for
 `stale_s` seconds, or when it exits after having run for a while. The client's state is on
-the node's disk (`thinwire.clients.flower_state`), so the fresh SuperNode continues where the
+the node's disk (`thinwire.runtimes.flower.state`), so the fresh SuperNode continues where the
 old one stopped. A child that exits within `startup_s` (bad arguments, a port in use) is not
 restarted: its exit code is returned.
 """
@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import TextIO
 
-from thinwire.server.flower_deploy import die_with_parent
+from thinwire.runtimes.flower.deploy import die_with_parent
 
 __all__ = ["FAILED_CONNECTION", "Supervisor"]
 
