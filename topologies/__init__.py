@@ -33,13 +33,6 @@ from thinwire.topologies.certificates import (
     node_from_common_name,
     write_run_certificates,
 )
-from thinwire.topologies.checkpoint import (
-    Checkpoint,
-    checkpoint_path,
-    experiment_digest,
-    load_checkpoint,
-    save_checkpoint,
-)
 from thinwire.topologies.choco import ChocoNode, ChocoState, Link
 from thinwire.topologies.dpsgd import DPSGDNode, DPSGDState
 from thinwire.topologies.endpoint import PeerEndpoint
@@ -105,7 +98,6 @@ __all__ = [
     "BUILDERS",
     "Absorbed",
     "Admission",
-    "Checkpoint",
     "ChocoNode",
     "ChocoState",
     "Claim",
@@ -157,7 +149,6 @@ __all__ = [
     "build_graph",
     "build_node",
     "channel_options",
-    "checkpoint_path",
     "claim_metadata",
     "consensus_distance",
     "create_ca",
@@ -165,11 +156,9 @@ __all__ = [
     "derived_seed",
     "describe_components",
     "draw_graph",
-    "experiment_digest",
     "is_time_varying",
     "issue_peer_certificate",
     "listen_address",
-    "load_checkpoint",
     "load_mixing_matrix",
     "max_degree_weights",
     "message_bound",
@@ -187,7 +176,6 @@ __all__ = [
     "require_connected",
     "require_security",
     "run_peer",
-    "save_checkpoint",
     "server_options",
     "service_config",
     "serving",

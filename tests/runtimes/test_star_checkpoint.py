@@ -1,4 +1,4 @@
-"""Server checkpoints: a round trip restores the server; foreign or mismatched files are refused."""
+"""The star server's checkpoint: a round trip restores the server; mismatched files are refused."""
 
 from __future__ import annotations
 
@@ -7,15 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from thinwire.checkpoint import round_checkpoint_path, save_checkpoint
 from thinwire.config import parse_config
 from thinwire.learning import load_federation
-from thinwire.server import Aggregator
-from thinwire.server.checkpoint import (
-    checkpoint_path,
-    find_checkpoint,
-    load_checkpoint,
-    save_checkpoint,
-)
+from thinwire.runtimes.star import StarCheckpoint, load_star_checkpoint, save_star_checkpoint
+from thinwire.server import Aggregator, AggregatorState
 
 TOPK_EF = {"scope": "model", "select": {"kind": "topk", "density": 0.1}, "error_feedback": True}
 
@@ -34,6 +30,18 @@ def aggregator(**sections: object) -> Aggregator:
     return Aggregator(experiment=experiment, workspace=workspace, initial=workspace.tensors())
 
 
+def save(
+    path: Path,
+    state: AggregatorState,
+    delivered: dict[int, bool] | None = None,
+    up: int = 0,
+    down: int = 0,
+) -> None:
+    experiment = aggregator().experiment
+    checkpoint = StarCheckpoint(state, delivered or {}, up, down)
+    save_star_checkpoint(path, experiment=experiment, checkpoint=checkpoint)
+
+
 def advanced(server: Aggregator) -> Aggregator:
     """`server` after one round with a made-up average, so momentum and public copy exist."""
     server.broadcast(1, [0, 1])
@@ -50,16 +58,9 @@ def test_a_checkpoint_restores_the_server_and_which_round_each_client_is_at(
     server = advanced(aggregator())
     stale = {"1": {k: torch.full_like(v, 3.0) for k, v in server.state.model.items()}}
     server.state = server.state._replace(stale=stale, stale_examples={"1": 12.0})
-    path = checkpoint_path(tmp_path, 1)
-    save_checkpoint(
-        path,
-        name="ckpt",
-        state=server.state,
-        cum_bytes_up=10,
-        cum_bytes_down=20,
-        delivered={0: True, 1: False},
-    )
-    loaded = load_checkpoint(path, aggregator())
+    path = round_checkpoint_path(tmp_path, 1)
+    save(path, server.state, {0: True, 1: False}, up=10, down=20)
+    loaded = load_star_checkpoint(path, aggregator())
     assert loaded.cum_bytes_up == 10 and loaded.cum_bytes_down == 20
     assert loaded.state.round == 1
     assert loaded.state.received == {"0": 1, "1": 1}  # clients continue from their state
@@ -76,25 +77,10 @@ def test_a_checkpoint_restores_the_server_and_which_round_each_client_is_at(
 
 def test_a_restored_server_carries_on_like_the_original(tmp_path: Path) -> None:
     server = advanced(aggregator())
-    save_checkpoint(
-        tmp_path / "c.pt", name="ckpt", state=server.state, cum_bytes_up=0, cum_bytes_down=0
-    )
+    save(tmp_path / "c.pt", server.state)
     restored = aggregator()
-    restored.state = load_checkpoint(tmp_path / "c.pt", restored).state
+    restored.state = load_star_checkpoint(tmp_path / "c.pt", restored).state
     assert server.broadcast(2, [0, 1]) == restored.broadcast(2, [0, 1])  # deltas, as before
-
-
-def test_a_version_1_checkpoint_restarts_every_client_afresh(tmp_path: Path) -> None:
-    server = advanced(aggregator())
-    save_checkpoint(
-        tmp_path / "c.pt", name="ckpt", state=server.state, cum_bytes_up=0, cum_bytes_down=0
-    )
-    contents = torch.load(tmp_path / "c.pt", weights_only=True)
-    for key in ("received", "stale", "stale_examples", "delivered"):
-        del contents[key]
-    torch.save({**contents, "version": 1}, tmp_path / "v1.pt")
-    loaded = load_checkpoint(tmp_path / "v1.pt", aggregator())
-    assert (loaded.state.received, loaded.delivered) == ({}, {})
 
 
 @pytest.mark.parametrize(
@@ -110,68 +96,39 @@ def test_client_bookkeeping_that_does_not_fit_is_refused(
     tmp_path: Path, field: str, value: object, problem: str
 ) -> None:
     server = advanced(aggregator())
-    save_checkpoint(
-        tmp_path / "c.pt", name="ckpt", state=server.state, cum_bytes_up=0, cum_bytes_down=0
-    )
+    save(tmp_path / "c.pt", server.state)
     contents = torch.load(tmp_path / "c.pt", weights_only=True)
-    torch.save({**contents, field: value}, tmp_path / "bad.pt")
+    contents["state"][field] = value
+    torch.save(contents, tmp_path / "bad.pt")
     with pytest.raises(ValueError, match=problem):
-        load_checkpoint(tmp_path / "bad.pt", aggregator())
+        load_star_checkpoint(tmp_path / "bad.pt", aggregator())
 
 
-def test_a_folder_resumes_from_its_latest_checkpoint(tmp_path: Path) -> None:
+def test_a_run_folder_resumes_from_its_latest_checkpoint(tmp_path: Path) -> None:
     server = aggregator()
-    for round in (1, 2, 10):
-        state = server.state._replace(round=round)
-        save_checkpoint(
-            checkpoint_path(tmp_path / "run" / "checkpoints", round),
-            name="ckpt",
-            state=state,
-            cum_bytes_up=0,
-            cum_bytes_down=0,
-        )
-    assert find_checkpoint(tmp_path / "run").name == "round-000010.pt"
-    assert find_checkpoint(tmp_path / "run" / "checkpoints").name == "round-000010.pt"
-    with pytest.raises(FileNotFoundError, match="no checkpoint"):
-        find_checkpoint(tmp_path / "elsewhere")
+    for round in (1, 2):
+        path = round_checkpoint_path(tmp_path / "run" / "checkpoints", round)
+        save(path, server.state._replace(round=round))
+    assert load_star_checkpoint(tmp_path / "run", aggregator()).state.round == 2
 
 
 def test_a_checkpoint_of_another_model_is_refused(tmp_path: Path) -> None:
     small = aggregator()
-    save_checkpoint(
-        tmp_path / "c.pt", name="ckpt", state=small.state, cum_bytes_up=0, cum_bytes_down=0
-    )
+    save(tmp_path / "c.pt", small.state)
     other = aggregator(model={"kind": "mlp", "hidden": [9]})
     with pytest.raises(ValueError, match="does not match"):
-        load_checkpoint(tmp_path / "c.pt", other)
+        load_star_checkpoint(tmp_path / "c.pt", other)
 
 
 def test_a_finished_run_cannot_be_resumed(tmp_path: Path) -> None:
     server = aggregator()
     state = server.state._replace(round=5)
-    save_checkpoint(tmp_path / "c.pt", name="ckpt", state=state, cum_bytes_up=0, cum_bytes_down=0)
+    save(tmp_path / "c.pt", state)
     with pytest.raises(ValueError, match="leaves nothing to run"):
-        load_checkpoint(tmp_path / "c.pt", aggregator())
+        load_star_checkpoint(tmp_path / "c.pt", aggregator())
 
 
-@pytest.mark.parametrize(
-    ("contents", "problem"),
-    [
-        ({"format": "something-else"}, "not a thinwire checkpoint"),
-        ({"format": "thinwire-checkpoint", "version": 99}, "version 99"),
-    ],
-)
-def test_foreign_files_are_refused(tmp_path: Path, contents: dict, problem: str) -> None:
-    torch.save(contents, tmp_path / "c.pt")
-    with pytest.raises(ValueError, match=problem):
-        load_checkpoint(tmp_path / "c.pt", aggregator())
-    (tmp_path / "junk.pt").write_bytes(b"not a zip file")
-    with pytest.raises(ValueError, match="not a readable checkpoint"):
-        load_checkpoint(tmp_path / "junk.pt", aggregator())
-
-
-def test_a_checkpoint_is_written_whole_or_not_at_all(tmp_path: Path) -> None:
-    server = aggregator()
-    path = tmp_path / "deep" / "round-000001.pt"
-    save_checkpoint(path, name="ckpt", state=server.state, cum_bytes_up=0, cum_bytes_down=0)
-    assert [p.name for p in path.parent.iterdir()] == ["round-000001.pt"]
+def test_a_simulators_checkpoint_is_not_a_servers(tmp_path: Path) -> None:
+    save_checkpoint(tmp_path / "c.pt", kind="simulation", name="ckpt", digest="", round=1, state={})
+    with pytest.raises(ValueError, match="not a 'star' one"):
+        load_star_checkpoint(tmp_path / "c.pt", aggregator())

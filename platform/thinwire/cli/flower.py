@@ -110,7 +110,7 @@ def server(
         raise RuntimeError(f"expected a flower runtime, got {runtime.kind!r}")
     checkpoint = ""
     if resume is not None:
-        from thinwire.server.checkpoint import find_checkpoint
+        from thinwire.checkpoint import find_checkpoint
 
         try:
             checkpoint = str(find_checkpoint(resume).resolve())

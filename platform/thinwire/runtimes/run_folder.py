@@ -18,11 +18,11 @@ from typing import Literal, NamedTuple
 
 import torch
 
+from thinwire.checkpoint import latest_checkpoint
 from thinwire.config import Experiment, load_config
 from thinwire.learning import save_model
 from thinwire.metrics import Record, RoundProgress, RunRecorder
 from thinwire.runtimes.simulation import simulate
-from thinwire.simulate_checkpoint import latest_checkpoint
 from thinwire.tensorboard import TensorBoardLog
 
 __all__ = ["ProgressMode", "RunOutcome", "read_status", "resume_run", "run_experiment"]

@@ -19,8 +19,9 @@ of the wrong form, claiming more examples than the client holds, or out of bound
 `epsilon` (the largest privacy spent by any client so far) with a `privacy` section.
 
 With `runtime.checkpoint_every` set and a `checkpoints` folder given, the whole state of a
-star run is saved every that many rounds (`thinwire.simulate_checkpoint`), and `resume`
-continues from such a file to the very records and model an uninterrupted run would give.
+star run is saved every that many rounds (`save_simulation_checkpoint`: a
+`thinwire.checkpoint` of kind "simulation"), and `resume` continues from such a file to the
+very records and model an uninterrupted run would give.
 """
 
 from __future__ import annotations
@@ -28,31 +29,38 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
 from thinwire.channel import Channel
+from thinwire.checkpoint import (
+    experiment_digest,
+    load_checkpoint,
+    round_checkpoint_path,
+    save_checkpoint,
+)
 from thinwire.clients import Client, ClientState
 from thinwire.config import Experiment
 from thinwire.learning import Federation, load_federation, simulation_threads, torch_threads
 from thinwire.metrics import Record
 from thinwire.privacy import EPSILON_METRIC
-from thinwire.runtimes.star import Star
+from thinwire.runtimes.star import Star, StarCheckpoint, read_star_state, star_state
 from thinwire.server import Aggregator
-from thinwire.simulate_checkpoint import (
-    SimulationCheckpoint,
-    checkpoint_file,
-    load_simulation_checkpoint,
-    save_simulation_checkpoint,
-)
+from thinwire.statetree import Leaf, flatten, unflatten
 
 if TYPE_CHECKING:  # gossip's modules load only for a decentralized run
     from thinwire.topologies.reports import NodeReport
 
-__all__ = ["SimulationResult", "simulate"]
+__all__ = [
+    "SimulationCheckpoint",
+    "SimulationResult",
+    "load_simulation_checkpoint",
+    "save_simulation_checkpoint",
+    "simulate",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -154,19 +162,16 @@ def _run_star(
     first = 1
     if resume is not None:
         saved = load_simulation_checkpoint(
-            resume, aggregator=aggregator.state, clients=[c.state for c in clients]
+            resume, aggregator=aggregator, clients=[c.state for c in clients]
         )
-        aggregator.state = saved.aggregator
+        server = saved.server
+        aggregator.state = server.state
         for client, state in zip(clients, saved.clients, strict=True):
             client.state = state
-        if saved.round >= experiment.train.rounds:
-            raise ValueError(
-                f"{resume}: round {saved.round} leaves nothing to run (train.rounds is "
-                f"{experiment.train.rounds})"
-            )
-        delivered, spent = dict(saved.delivered), dict(saved.spent)
-        cum_up, cum_down, first = saved.cum_bytes_up, saved.cum_bytes_down, saved.round + 1
-        logger.info("resuming %s after round %d (%s)", experiment.name, saved.round, resume)
+        delivered, spent = dict(server.delivered), dict(saved.spent)
+        cum_up, cum_down = server.cum_bytes_up, server.cum_bytes_down
+        first = server.state.round + 1
+        logger.info("resuming %s after round %d (%s)", experiment.name, first - 1, resume)
     star = Star(experiment=experiment, aggregator=aggregator, delivered=delivered)
     every = _every(experiment) if checkpoints is not None else 0
     warned_slot = False
@@ -233,16 +238,12 @@ def _run_star(
             on_round(record)  # first: a checkpoint never runs ahead of the recorded rounds
         if every and round % every == 0 and round < rounds and checkpoints is not None:
             save_simulation_checkpoint(
-                checkpoint_file(checkpoints, round),
-                experiment.name,
+                round_checkpoint_path(checkpoints, round),
+                experiment,
                 SimulationCheckpoint(
-                    round,
-                    aggregator.state,
+                    StarCheckpoint(aggregator.state, star.delivered, cum_up, cum_down),
                     [c.state for c in clients],
-                    star.delivered,
                     spent,
-                    cum_up,
-                    cum_down,
                 ),
             )
     dataset = federation.dataset
@@ -253,3 +254,101 @@ def _run_star(
         dataset.input_shape,
         dataset.num_classes,
     )
+
+
+# ---------------------------------------------------------------------- checkpoints
+
+
+class SimulationCheckpoint(NamedTuple):
+    """The state of a simulated star after a round: the server's and every client's."""
+
+    server: StarCheckpoint
+    clients: list[ClientState]
+    spent: dict[int, float]  # client -> privacy spent so far (epsilon)
+
+
+def save_simulation_checkpoint(
+    path: Path, experiment: Experiment, checkpoint: SimulationCheckpoint
+) -> None:
+    """Writes a checkpoint (kind "simulation") atomically, then removes the older ones.
+
+    A run continued from one of these ends bit for bit where the uninterrupted run would,
+    on the CPU: nothing outside it carries over between rounds (every random draw is seeded
+    from experiment seed, round and client or counted in a codec state, each round builds
+    its local optimizer afresh, and the channel model keeps no state). Its state is the
+    server's (`thinwire.runtimes.star.star_state`), one `ClientState` per client flattened
+    with `thinwire.statetree` (codec residuals, policy state, model view, carried mass, the
+    pending update's bytes, privacy ledger), and each client's privacy spent.
+    """
+    server = checkpoint.server
+    save_checkpoint(
+        path,
+        kind="simulation",
+        name=experiment.name,
+        digest=experiment_digest(experiment),
+        round=server.state.round,
+        state={
+            "server": star_state(
+                server.state, server.delivered, server.cum_bytes_up, server.cum_bytes_down
+            ),
+            "clients": [_cpu(flatten(state)) for state in checkpoint.clients],
+            "spent": {str(c): float(v) for c, v in checkpoint.spent.items()},
+        },
+    )
+    for older in path.parent.glob("round-*.pt"):  # a resume needs the newest one only
+        if older != path:
+            older.unlink()
+
+
+def load_simulation_checkpoint(
+    path: Path, *, aggregator: Aggregator, clients: Sequence[ClientState]
+) -> SimulationCheckpoint:
+    """Reads a checkpoint and rebuilds it against a fresh run's server and client states.
+
+    Raises:
+        ValueError: the file is unreadable, not a simulation checkpoint, or does not fit
+            this run (the message names the file and the part that differs).
+    """
+    saved = load_checkpoint(path, kind="simulation")
+    contents = saved.state
+    server, flat_clients, spent = (contents.get(k) for k in ("server", "clients", "spent"))
+    if not isinstance(server, dict) or not isinstance(spent, dict):
+        raise ValueError(f"{path}: the server's state or the privacy spent is missing")
+    if not isinstance(flat_clients, list) or len(flat_clients) != len(clients):
+        count = len(flat_clients) if isinstance(flat_clients, list) else "no"
+        raise ValueError(f"{path}: holds {count} client states, this run has {len(clients)}")
+    star = read_star_state(saved, server, aggregator)  # its errors say "does not fit", too
+    try:
+        states = [
+            _rebuild_client(flat, initial, aggregator.state.model)
+            for flat, initial in zip(flat_clients, clients, strict=True)
+        ]
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path}: does not fit this experiment: {exc}") from None
+    return SimulationCheckpoint(star, states, {int(c): float(v) for c, v in spent.items()})
+
+
+def _cpu(flat: Mapping[str, Leaf]) -> dict[str, Leaf]:
+    return {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in flat.items()}
+
+
+def _keys(flat: Mapping[str, Leaf], field: str) -> list[str]:
+    """The keys of the dict at `field` (a state field whose entries vary between rounds)."""
+    prefix = f"{field}/"
+    return sorted({k[len(prefix) :].split("/")[0] for k in flat if k.startswith(prefix)} - {""})
+
+
+def _rebuild_client(
+    flat: Any, initial: ClientState, model: Mapping[str, torch.Tensor]
+) -> ClientState:
+    if not isinstance(flat, dict):
+        raise ValueError("a client state is not a mapping")
+    pending = flat.get("pending")
+    if not isinstance(pending, torch.Tensor) or pending.dtype != torch.uint8 or pending.ndim != 1:
+        raise ValueError("a client state has no 'pending' byte tensor")
+    template = initial._replace(
+        carry={k: torch.zeros_like(v) for k, v in model.items()} if _keys(flat, "carry") else {},
+        pending=torch.empty_like(pending),
+    )
+    state: ClientState = unflatten(template, flat)
+    return state

@@ -307,7 +307,7 @@ def test_fewer_replies_than_min_replies_stop_the_run_after_a_checkpoint(tmp_path
         flower.run()
     checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "round-000001.pt", weights_only=True)
     assert checkpoint["round"] == 1
-    for name, tensor in checkpoint["model"].items():
+    for name, tensor in checkpoint["state"]["model"].items():
         assert torch.equal(tensor, flower.aggregator.model[name])
 
 

@@ -33,6 +33,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
 from thinwire.channel import Channel
+from thinwire.checkpoint import round_checkpoint_path
 from thinwire.config import Experiment
 from thinwire.learning import Federation
 from thinwire.metrics import Record, RunRecorder
@@ -40,8 +41,8 @@ from thinwire.privacy import EPSILON_METRIC
 from thinwire.runtimes.flower.exchange import Exchange
 from thinwire.runtimes.flower.messages import IDENTIFY
 from thinwire.runtimes.flower.strategy import QuorumError, StarStrategy
+from thinwire.runtimes.star import StarCheckpoint, load_star_checkpoint, save_star_checkpoint
 from thinwire.server.aggregator import Aggregator
-from thinwire.server.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
 
 __all__ = ["FlowerStar", "QuorumError"]
 
@@ -75,7 +76,7 @@ class FlowerStar:
         self.cum_up = self.cum_down = 0
         delivered: dict[int, bool] = {}
         if resume is not None:
-            checkpoint = load_checkpoint(resume, aggregator)
+            checkpoint = load_star_checkpoint(resume, aggregator)
             aggregator.state = checkpoint.state
             self.cum_up, self.cum_down = checkpoint.cum_bytes_up, checkpoint.cum_bytes_down
             delivered = checkpoint.delivered
@@ -133,14 +134,13 @@ class FlowerStar:
 
     def _checkpoint(self) -> Path:
         state = self.aggregator.state
-        path = checkpoint_path(self.checkpoints, state.round)
-        save_checkpoint(
+        path = round_checkpoint_path(self.checkpoints, state.round)
+        save_star_checkpoint(
             path,
-            name=self.experiment.name,
-            state=state,
-            cum_bytes_up=self.cum_up,
-            cum_bytes_down=self.cum_down,
-            delivered=self.strategy.star.delivered,
+            experiment=self.experiment,
+            checkpoint=StarCheckpoint(
+                state, self.strategy.star.delivered, self.cum_up, self.cum_down
+            ),
         )
         return path
 
