@@ -11,3 +11,5 @@ Gossip's runtime (real peers, `thinwire peer`) lives with the gossip nodes in
 `thinwire.topologies`. Each runtime module is imported on demand: importing this package
 loads none of them.
 """
+
+__all__: list[str] = []

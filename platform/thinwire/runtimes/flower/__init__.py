@@ -6,3 +6,5 @@ The server side (`server_app`, `strategy`, `rounds`, `exchange`, `roster`, `run_
 message schema both apps speak (`messages`) lives here, beside both, so neither role
 imports the other.
 """
+
+__all__: list[str] = []
