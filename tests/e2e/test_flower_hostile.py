@@ -86,4 +86,4 @@ def test_a_hostile_client_is_refused_every_round_and_the_run_finishes(tmp_path: 
     assert "sign(bucket=0) values, but this receiver's codec sends sparse" in log
     assert "above this receiver's bound" in log
     checkpoint = torch.load(run_dir / "checkpoints" / "round-000003.pt", weights_only=True)
-    assert all(bool(torch.isfinite(v).all()) for v in checkpoint["model"].values())
+    assert all(bool(torch.isfinite(v).all()) for v in checkpoint["state"]["model"].values())

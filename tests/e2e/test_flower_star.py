@@ -160,9 +160,9 @@ def test_the_final_model_equals_the_simulators_bit_for_bit(
         clean_run.run_dir / "checkpoints" / "round-000003.pt", weights_only=True
     )
     assert checkpoint["round"] == 3
-    assert set(checkpoint["model"]) == set(simulated.model)
+    assert set(checkpoint["state"]["model"]) == set(simulated.model)
     for name, tensor in simulated.model.items():
-        assert torch.equal(checkpoint["model"][name], tensor.cpu()), name
+        assert torch.equal(checkpoint["state"]["model"][name], tensor.cpu()), name
     records = load_records(clean_run.run_dir)
     assert [r["accuracy"] for r in records] == [r["accuracy"] for r in simulated.records]
 

@@ -190,15 +190,14 @@ def _run_star(
             if result.epsilon is not None:
                 spent[c] = result.epsilon
             star.collect(c, result.data)
-            if result.data is None:
-                continue
-            if not warned_slot and not channel.fits_slot(c, len(result.data)):
+            data = result.data
+            if data is not None and not warned_slot and not channel.fits_slot(c, len(data)):
                 warned_slot = True
                 logger.warning(
                     "round %d: a %d-byte update needs longer than a %.1f ms slot at client "
                     "%d's uplink rate; the frame time understates the transfer",
                     round,
-                    len(result.data),
+                    len(data),
                     experiment.channel.slot_ms,
                     c,
                 )

@@ -209,7 +209,7 @@ class StarStrategy(Strategy):
         """
         open = self._open
         if open is None or open.round != server_round:
-            raise ValueError(f"aggregate_train({server_round}) without configure_train first")
+            raise ValueError(f"finish_train({server_round}) without configure_train first")
         self._open = None
         clients = {m.metadata.message_id: c for c, m in open.messages.items()}
         trained: dict[int, TrainReply] = {}
