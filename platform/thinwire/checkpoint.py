@@ -77,11 +77,15 @@ class Saved(NamedTuple):
 def experiment_digest(experiment: Experiment) -> str:
     """A hash of everything that shapes a run's state: the experiment minus where it runs.
 
+    Checkpoints carry it, and a Flower client's state folder is named by its first 16 hex
+    digits (`thinwire.runtimes.flower.state.state_key`).
+
     The runtime section (addresses, certificates: they differ per node) and the output
     folder are left out.
     """
     data = experiment.model_dump(mode="json", exclude={"runtime", "output"})
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def round_checkpoint_path(folder: str | Path, round: int) -> Path:

@@ -34,7 +34,7 @@ from thinwire.runtimes.flower.messages import (
     read_train_reply,
 )
 from thinwire.runtimes.flower.partition import partition_folder
-from thinwire.runtimes.flower.state import StateStore, experiment_digest
+from thinwire.runtimes.flower.state import StateStore, state_key
 from thinwire.server import Aggregator
 
 
@@ -115,9 +115,7 @@ def test_two_rounds_equal_the_simulators_client_with_state_kept_on_the_nodes_dis
         assert (got.num_examples, got.train_loss) == (want.num_examples, want.train_loss)
         assert server.receive(1, got.update).accepted
         delivered = server.finish_round().delivered[1]
-    saved = StateStore(
-        tmp_path / "state", experiment=experiment_digest(exp), partition=1, keep=1
-    ).rounds()
+    saved = StateStore(tmp_path / "state", experiment=state_key(exp), partition=1, keep=1).rounds()
     assert saved == [1, 2]  # the last two rounds
     # context.state holds a small record only: no tensor travels with the context.
     assert not ctx.state.array_records
@@ -129,9 +127,7 @@ def trained_once(exp: Experiment) -> tuple[Context, StateStore]:
     ctx = context(exp)
     reply = app(message(instruction(first_downlink(exp), 1), TRAIN), ctx)
     assert not reply.has_error()
-    return ctx, StateStore(
-        default_state_dir(), experiment=experiment_digest(exp), partition=1, keep=1
-    )
+    return ctx, StateStore(default_state_dir(), experiment=state_key(exp), partition=1, keep=1)
 
 
 def second_round(exp: Experiment, state_round: int = 1) -> Message:

@@ -24,7 +24,7 @@ from thinwire.runtimes.flower.messages import (
     read_run_config,
 )
 from thinwire.runtimes.flower.rounds import FlowerStar, QuorumError
-from thinwire.runtimes.flower.state import experiment_digest
+from thinwire.runtimes.flower.state import state_key
 from thinwire.runtimes.simulation import simulate
 from thinwire.server import sample_clients
 
@@ -244,7 +244,7 @@ def mangling_before(
         is_train = message.metadata.message_type == TRAIN
         if is_train and read_instruction(message.content).round == round:
             exp = read_run_config(context.run_config).experiment
-            mangle(default_state_dir() / experiment_digest(exp) / f"client-{partition}")
+            mangle(default_state_dir() / state_key(exp) / f"client-{partition}")
         return inner(message, context)
 
     grid.client_apps[node] = app
@@ -411,7 +411,7 @@ def test_a_resumed_run_resynchronizes_a_client_whose_state_is_gone(tmp_path: Pat
     exp = experiment(tmp_path, downlink=TOPK_EF, runtime={"checkpoint_every": 2})
     star(exp, LocalGrid(run_config(exp), 3), tmp_path / "a").run()
     checkpoint = tmp_path / "a" / "run" / "checkpoints" / "round-000002.pt"
-    shutil.rmtree(default_state_dir() / experiment_digest(exp) / "client-1")
+    shutil.rmtree(default_state_dir() / state_key(exp) / "client-1")
     grid = LocalGrid(run_config(exp), 3)
     resumed = star(exp, grid, tmp_path / "b", resume=checkpoint)
     resumed.run()

@@ -12,7 +12,7 @@ import torch
 from thinwire.clients.client import ClientState
 from thinwire.config import parse_config
 from thinwire.runtimes.flower.messages import StateLost
-from thinwire.runtimes.flower.state import StateStore, experiment_digest
+from thinwire.runtimes.flower.state import StateStore, state_key
 from thinwire.statetree import flatten
 
 MODEL = {"w": torch.zeros(2, 3), "b": torch.zeros(3)}
@@ -114,9 +114,9 @@ def test_the_experiment_digest_ignores_where_and_how_the_run_is_deployed() -> No
     raw = {"name": "d", "runtime": {"kind": "flower", "round_timeout_s": 5}, "output": "a"}
     same = {**raw, "runtime": {"kind": "flower", "round_timeout_s": 50}, "output": "b"}
     other = {**raw, "seed": 1}
-    digest = experiment_digest(parse_config(raw))
-    assert digest == experiment_digest(parse_config(same))
-    assert digest != experiment_digest(parse_config(other))
+    digest = state_key(parse_config(raw))
+    assert digest == state_key(parse_config(same))
+    assert digest != state_key(parse_config(other))
 
 
 def test_a_round_that_was_never_saved_is_lost_and_says_which_rounds_are_there(

@@ -19,7 +19,7 @@ from thinwire.runtimes.flower.messages import (
     default_state_dir,
     read_instruction,
 )
-from thinwire.runtimes.flower.state import StateStore, experiment_digest
+from thinwire.runtimes.flower.state import StateStore, state_key
 from thinwire.runtimes.flower.strategy import QuorumError, StarStrategy
 from thinwire.runtimes.simulation import simulate
 from thinwire.server import Aggregator
@@ -155,7 +155,7 @@ def test_a_client_whose_state_is_gone_is_counted_and_resynchronized(
     for round in (1, 2):
         messages = strategy.configure_train(round, ArrayRecord(), ConfigRecord(), grid)
         strategy.aggregate_train(round, grid.send_and_receive(messages))
-    store = StateStore(default_state_dir(), experiment=experiment_digest(exp), partition=1, keep=1)
+    store = StateStore(default_state_dir(), experiment=state_key(exp), partition=1, keep=1)
     shutil.rmtree(store.folder)  # client 1's host lost its disk
     messages = list(strategy.configure_train(3, ArrayRecord(), ConfigRecord(), grid))
     outcome = strategy.finish_train(3, grid.send_and_receive(messages))

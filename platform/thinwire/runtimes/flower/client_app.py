@@ -51,7 +51,7 @@ from thinwire.runtimes.flower.messages import (
     train_reply,
 )
 from thinwire.runtimes.flower.partition import load_partition
-from thinwire.runtimes.flower.state import StateStore, experiment_digest
+from thinwire.runtimes.flower.state import StateStore, state_key
 from thinwire.wire import Kind, WireError, decode
 
 __all__ = ["app"]
@@ -164,7 +164,7 @@ def _store(context: Context, client: Client) -> StateStore:
     every = runtime.checkpoint_every if isinstance(runtime, FlowerRuntime) else 0
     return StateStore(
         node_state_dir(context.node_config),
-        experiment=experiment_digest(client.experiment),
+        experiment=state_key(client.experiment),
         partition=client.index,
         keep=max(2, every + 1),
     )

@@ -25,8 +25,6 @@ stay on disk, so a server resumed from an older checkpoint finds the round it as
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import shutil
 from collections.abc import Mapping
@@ -35,28 +33,28 @@ from typing import Any
 
 import torch
 
+from thinwire.checkpoint import experiment_digest
 from thinwire.clients.client import ClientState
 from thinwire.config import Experiment
 from thinwire.runtimes.flower.messages import StateLost
 from thinwire.runtimes.flower.node_files import Damaged, read_manifest, read_tensors, write_folder
 from thinwire.statetree import Leaf, flatten, unflatten
 
-__all__ = ["StateStore", "experiment_digest"]
+__all__ = ["StateStore", "state_key"]
 
 _FORMAT = "thinwire-client-state"
 _VERSION = 1
 _ROUND = re.compile(r"round-(\d{6,})")
 
 
-def experiment_digest(experiment: Experiment) -> str:
-    """Names what a client's state belongs to: the experiment, minus where and how it runs.
+def state_key(experiment: Experiment) -> str:
+    """Names what a client's state belongs to (16 hex digits of the experiment's digest).
 
-    `runtime` (addresses, timeouts) and `output` do not change what a client computes, so
-    a run resumed with other timeouts, or written elsewhere, still finds its clients' state.
+    The digest is `thinwire.checkpoint.experiment_digest`, which leaves out `runtime`
+    (addresses, timeouts) and `output`: they do not change what a client computes, so a run
+    resumed with other timeouts, or written elsewhere, still finds its clients' state.
     """
-    config = experiment.model_dump(mode="json", exclude={"runtime", "output"})
-    text = json.dumps(config, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return experiment_digest(experiment)[:16]
 
 
 class StateStore:
@@ -64,7 +62,7 @@ class StateStore:
 
     Args:
         root: the node's state folder (`thinwire client --state-dir`).
-        experiment: `experiment_digest` of the run's experiment.
+        experiment: `state_key` of the run's experiment.
         partition: the client index the node serves.
         keep: how many rounds' states to keep (at least 1).
     """
