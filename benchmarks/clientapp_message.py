@@ -13,7 +13,7 @@ that both see the same load:
   sympy (`torch.fx.experimental.symbolic_shapes`), which `Module.to_empty` imported the
   first time it materialized a meta-device model;
 - `cached`: what the ClientApp does now: its partition from the node's cache
-  (`thinwire.clients.flower_partition`), then a blank model (no initial weights drawn: the
+  (`thinwire.runtimes.flower.partition`), then a blank model (no initial weights drawn: the
   downlink overwrites them).
 
 A separate process first trains round 1 and writes the client's state, the cache and the
@@ -46,8 +46,8 @@ SETUP = r"""
 import json, sys
 from pathlib import Path
 from thinwire.clients import Client
-from thinwire.clients.flower_partition import load_partition
-from thinwire.clients.flower_state import StateStore, experiment_digest
+from thinwire.runtimes.flower.partition import load_partition
+from thinwire.runtimes.flower.state import StateStore, state_key
 from thinwire.config import parse_config
 from thinwire.learning import load_federation
 from thinwire.server import Aggregator
@@ -59,7 +59,7 @@ client = Client(index=0, experiment=exp, x=x, y=y, workspace=federation.workspac
 server = Aggregator(experiment=exp, workspace=federation.workspace,
                     initial=federation.workspace.tensors())
 result = client.train_round(server.broadcast(1, [0])[0], 1, delivered=None)
-StateStore(folder, experiment=experiment_digest(exp), partition=0, keep=2).save(client.state, 1)
+StateStore(folder, experiment=state_key(exp), partition=0, keep=2).save(client.state, 1)
 server.receive(0, result.data); server.finish_round()
 (folder / "downlink-2.bin").write_bytes(server.broadcast(2, [0])[0])
 load_partition(folder, exp, 0)
@@ -74,12 +74,12 @@ import torch
 mark("import torch")
 if mode == "rebuilt":
     import scipy.special  # noqa: F401  (the ClientApp module imported it before)
-from thinwire.clients.flower_app import app  # noqa: F401  (what Flower imports)
+from thinwire.runtimes.flower.client_app import app  # noqa: F401  (what Flower imports)
 mark("import the ClientApp module (thinwire + Flower)")
 from pathlib import Path
 from thinwire.clients import Client
-from thinwire.clients.flower_partition import load_partition
-from thinwire.clients.flower_state import StateStore, experiment_digest
+from thinwire.runtimes.flower.partition import load_partition
+from thinwire.runtimes.flower.state import StateStore, state_key
 from thinwire.config import parse_config
 from thinwire.learning import Workspace, build_model, load_federation, resolve_device
 exp = parse_config(raw)
@@ -96,7 +96,7 @@ else:
     x, y, workspace = data.x.to(device), data.y.to(device), Workspace(model, device)
 client = Client(index=0, experiment=exp, x=x, y=y, workspace=workspace)
 mark("build the client (data + model)")
-store = StateStore(Path(folder), experiment=experiment_digest(exp), partition=0, keep=2)
+store = StateStore(Path(folder), experiment=state_key(exp), partition=0, keep=2)
 client.state, _ = store.load(1, client.state, workspace.tensors())
 mark("load state (mmap + SHA-256)")
 downlink = (Path(folder) / "downlink-2.bin").read_bytes()

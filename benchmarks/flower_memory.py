@@ -36,7 +36,7 @@ from flower_star import (
 )
 
 from thinwire.config import parse_config
-from thinwire.server.flower_deploy import (
+from thinwire.runtimes.flower.deploy import (
     flower_environment,
     superlink_command,
     supernode_command,

@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 
 from thinwire.config import Experiment, parse_config
-from thinwire.server.flower_deploy import (
+from thinwire.runtimes.flower.deploy import (
     SERVER_APP,
     flower_environment,
     superlink_command,
@@ -65,7 +65,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
 from thinwire.learning import load_federation
-from thinwire.server.flower_messages import read_run_config
+from thinwire.runtimes.flower.messages import read_run_config
 
 app = ServerApp()
 
@@ -115,7 +115,7 @@ from flwr.clientapp import ClientApp
 
 from thinwire.codecs.support import derive_seed
 from thinwire.learning import learning_rate, load_federation, local_steps_for, train_local
-from thinwire.server.flower_messages import node_identity, read_run_config
+from thinwire.runtimes.flower.messages import node_identity, read_run_config
 
 app = ClientApp()
 
@@ -333,7 +333,7 @@ def run_once(size: str, scheme: str, rounds: int, shaped: bool, work: Path) -> d
             pyproject = write_app(app, experiment=exp, run_dir=str(run_dir))
             text = pyproject.read_text().replace(SERVER_APP, "fedavg_server:app")
             pyproject.write_text(
-                text.replace("thinwire.clients.flower_app:app", "fedavg_client:app")
+                text.replace("thinwire.runtimes.flower.client_app:app", "fedavg_client:app")
             )
             (app / "fedavg_server.py").write_text(FEDAVG_SERVER)
             (app / "fedavg_client.py").write_text(FEDAVG_CLIENT)

@@ -30,8 +30,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from thinwire.checkpoint import load_node_checkpoint, node_checkpoint_path
 from thinwire.config import load_config
-from thinwire.topologies.checkpoint import checkpoint_path, load_checkpoint
 from thinwire.topologies.runtime.peer import node_log_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -109,9 +109,9 @@ def _run(folder: Path, args: argparse.Namespace, attack: bool) -> dict[str, Any]
     lines = [json.loads(x) for x in node_log_path(out, 0).read_text().splitlines() if x]
     models = {}
     for node in range(NODES):
-        path = checkpoint_path(out / "checkpoints", node)
+        path = node_checkpoint_path(out / "checkpoints", node)
         if path.exists():
-            models[node] = load_checkpoint(path).state["x"]
+            models[node] = load_node_checkpoint(path).state["x"]
     done = [line["round"] for line in lines]
     return {
         "codes": codes,

@@ -46,7 +46,7 @@ from thinwire.channel import aloha_success_probability
 from thinwire.config import Experiment, load_config
 from thinwire.metrics import RoundRecord, format_bytes, schema
 from thinwire.metrics.plots import plot_comparison
-from thinwire.simulate import simulate
+from thinwire.runtimes.simulation import simulate
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 console = Console(width=160)

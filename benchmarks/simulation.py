@@ -37,7 +37,7 @@ from rich.table import Table
 
 from thinwire.config import parse_config
 from thinwire.metrics import format_bytes, schema
-from thinwire.simulate import simulate
+from thinwire.runtimes.simulation import simulate
 from thinwire.statetree import flatten
 
 

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from thinwire.cli import app
 from thinwire.config import ConfigError, parse_config, parse_sweep_options, sweep_points
 from thinwire.metrics import load_records
-from thinwire.runner import read_status
+from thinwire.runtimes.run_folder import read_status
 from thinwire.sweep import run_sweep
 
 BASE = {

@@ -2,7 +2,7 @@
 
     runs/<name>-sweep-<timestamp>/
         sweep.yaml       the points: each run's name and the settings that set it apart
-        <point name>/    one run folder per point (`thinwire.runner.run_experiment`)
+        <point name>/    one run folder per point (`thinwire.runtimes.run_folder.run_experiment`)
 
 With `jobs` > 1 the points run in that many worker processes (spawned, so no torch state
 is shared), each with `cores // jobs` torch threads; the workers report every finished
@@ -31,7 +31,7 @@ import yaml
 
 from thinwire.config import SweepPoint
 from thinwire.metrics import RoundRecord, format_bytes, new_run_dir, schema
-from thinwire.runner import run_experiment
+from thinwire.runtimes.run_folder import run_experiment
 
 __all__ = ["PointOutcome", "SweepProgress", "default_jobs", "run_sweep"]
 

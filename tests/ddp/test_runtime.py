@@ -13,7 +13,7 @@ import yaml
 
 from thinwire.config import parse_config
 from thinwire.metrics import load_records
-from thinwire.simulate import simulate
+from thinwire.runtimes.simulation import simulate
 
 from .ranks import results, run_ranks
 from .workers import runtime_rank

@@ -198,7 +198,7 @@ def runtime_rank(rank: int, world: int, raw: dict, run_dir: str):
     from pathlib import Path
 
     from thinwire.config import Experiment
-    from thinwire.ddp.runtime import run_rank
+    from thinwire.runtimes.ddp import run_rank
 
     result = run_rank(Experiment.model_validate(raw), run_dir=Path(run_dir))
     return {"records": result.records, "model": result.model}

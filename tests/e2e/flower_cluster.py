@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
-from thinwire.server.flower_deploy import (
+from thinwire.runtimes.flower.deploy import (
     CLIENT_APP,
     flower_environment,
     superexec_command,

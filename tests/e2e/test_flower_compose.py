@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from thinwire.config import FlowerRuntime, load_config
-from thinwire.server.flower_deploy import SUPERLINK_PORT, SUPERNODE_PORT, flower_environment
+from thinwire.runtimes.flower.deploy import SUPERLINK_PORT, SUPERNODE_PORT, flower_environment
 
 from .flower_cluster import EXAMPLE, ROOT, client_command, service_commands
 

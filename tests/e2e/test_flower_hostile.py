@@ -29,7 +29,7 @@ from flwr.app import Array, ArrayRecord
 from flwr.clientapp import ClientApp
 from hostile_updates import hostile_bytes
 
-from thinwire.clients import flower_app
+from thinwire.runtimes.flower import client_app
 from thinwire.wire import TensorSpec
 from thinwire.wire import update_pb2 as pb
 
@@ -49,9 +49,9 @@ def hostile_update(message, context, call_next):
 
 
 app = ClientApp()
-app.query()(flower_app.identify)
-app.train(mods=[hostile_update])(flower_app.train)
-app.evaluate()(flower_app.evaluate)
+app.query()(client_app.identify)
+app.train(mods=[hostile_update])(client_app.train)
+app.evaluate()(client_app.evaluate)
 '''
 
 
@@ -86,4 +86,4 @@ def test_a_hostile_client_is_refused_every_round_and_the_run_finishes(tmp_path: 
     assert "sign(bucket=0) values, but this receiver's codec sends sparse" in log
     assert "above this receiver's bound" in log
     checkpoint = torch.load(run_dir / "checkpoints" / "round-000003.pt", weights_only=True)
-    assert all(bool(torch.isfinite(v).all()) for v in checkpoint["model"].values())
+    assert all(bool(torch.isfinite(v).all()) for v in checkpoint["state"]["model"].values())

@@ -28,7 +28,7 @@ import torch
 
 from thinwire.config import Experiment, load_config
 from thinwire.metrics import load_records
-from thinwire.simulate import SimulationResult, simulate
+from thinwire.runtimes.simulation import SimulationResult, simulate
 
 from .flower_cluster import EXAMPLE, ROOT, Cluster, _processes, client_command, free_port
 
@@ -175,4 +175,4 @@ def test_the_resumed_run_equals_the_uninterrupted_one_bit_for_bit(
         assert got["state_lost"] == 0  # the restarted SuperNode found its state on disk
     final = torch.load(restarted.resumed / "checkpoints" / "round-000004.pt", weights_only=True)
     for name, tensor in simulated.model.items():
-        assert torch.equal(final["model"][name], tensor.cpu()), name
+        assert torch.equal(final["state"]["model"][name], tensor.cpu()), name

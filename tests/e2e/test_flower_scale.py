@@ -20,7 +20,7 @@ import torch
 from thinwire.config import Experiment, load_config
 from thinwire.learning import load_federation
 from thinwire.metrics import load_records
-from thinwire.simulate import simulate
+from thinwire.runtimes.simulation import simulate
 
 from .flower_cluster import EXAMPLE, ROOT, Cluster, free_port, run_server, start_clients
 

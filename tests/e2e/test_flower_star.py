@@ -31,7 +31,7 @@ import torch
 from thinwire.config import Experiment, load_config
 from thinwire.learning import evaluate, load_federation
 from thinwire.metrics import load_records
-from thinwire.simulate import SimulationResult, simulate
+from thinwire.runtimes.simulation import SimulationResult, simulate
 
 from .flower_cluster import (
     EXAMPLE,
@@ -160,9 +160,9 @@ def test_the_final_model_equals_the_simulators_bit_for_bit(
         clean_run.run_dir / "checkpoints" / "round-000003.pt", weights_only=True
     )
     assert checkpoint["round"] == 3
-    assert set(checkpoint["model"]) == set(simulated.model)
+    assert set(checkpoint["state"]["model"]) == set(simulated.model)
     for name, tensor in simulated.model.items():
-        assert torch.equal(checkpoint["model"][name], tensor.cpu()), name
+        assert torch.equal(checkpoint["state"]["model"][name], tensor.cpu()), name
     records = load_records(clean_run.run_dir)
     assert [r["accuracy"] for r in records] == [r["accuracy"] for r in simulated.records]
 
@@ -175,7 +175,7 @@ CORRUPTING_CLIENT = '''\
 from flwr.app import Array, ArrayRecord
 from flwr.clientapp import ClientApp
 
-from thinwire.clients import flower_app
+from thinwire.runtimes.flower import client_app
 
 
 def flip_update_bytes(message, context, call_next):
@@ -188,9 +188,9 @@ def flip_update_bytes(message, context, call_next):
 
 
 app = ClientApp()
-app.query()(flower_app.identify)
-app.train(mods=[flip_update_bytes])(flower_app.train)
-app.evaluate()(flower_app.evaluate)
+app.query()(client_app.identify)
+app.train(mods=[flip_update_bytes])(client_app.train)
+app.evaluate()(client_app.evaluate)
 '''
 
 

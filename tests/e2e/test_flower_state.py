@@ -20,9 +20,9 @@ from typing import NamedTuple
 
 import pytest
 
-from thinwire.clients.flower_state import experiment_digest
 from thinwire.config import load_config
 from thinwire.metrics import load_records
+from thinwire.runtimes.flower.state import state_key
 
 from .flower_cluster import EXAMPLE, ROOT, Cluster, free_port, run_server, start_clients
 
@@ -75,7 +75,7 @@ def mangled_run(tmp_path_factory: pytest.TempPathFactory) -> Mangled:
     done = threading.Event()
     mangled: list[int] = []
     watcher = threading.Thread(
-        target=_watch, args=(output, state / experiment_digest(experiment), done, mangled)
+        target=_watch, args=(output, state / state_key(experiment), done, mangled)
     )
     try:
         start_clients(cluster, superlink, state)

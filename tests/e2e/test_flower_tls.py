@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from thinwire.server.flower_deploy import CONNECTION, write_connection
+from thinwire.runtimes.flower.deploy import CONNECTION, write_connection
 
 from .flower_cluster import ROOT, Cluster, free_port, service_commands
 

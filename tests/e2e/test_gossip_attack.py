@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from thinwire.checkpoint import load_node_checkpoint, node_checkpoint_path
 from thinwire.config import load_config
-from thinwire.topologies.checkpoint import checkpoint_path, load_checkpoint
 from thinwire.topologies.runtime.peer import node_log_path
 from thinwire.topologies.runtime.simulation import simulate_gossip
 
@@ -54,7 +54,7 @@ def test_idle_and_trickling_streams_leave_the_rings_models_unchanged(tmp_path, s
         lines = log_of(config, node)
         assert [line["round"] for line in lines] == list(range(1, ROUNDS + 1))
         assert all(line["missing"] == [] and line["push_failures"] == {} for line in lines)
-        saved = load_checkpoint(checkpoint_path(out / "checkpoints", node))
+        saved = load_node_checkpoint(node_checkpoint_path(out / "checkpoints", node))
         assert torch.equal(saved.state["x"], sim.models[node]), f"node {node} differs"
     # The attack ran all along and node 0 ended its streams: refused at once, or cut.
     assert attack.opened > 200 and attack.outcomes["RESOURCE_EXHAUSTED"] > 0

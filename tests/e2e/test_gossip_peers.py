@@ -22,8 +22,8 @@ import pytest
 import torch
 import yaml
 
+from thinwire.checkpoint import load_node_checkpoint, node_checkpoint_path
 from thinwire.config import load_config
-from thinwire.topologies.checkpoint import checkpoint_path, load_checkpoint
 from thinwire.topologies.runtime.peer import node_log_path, summarize_peers
 from thinwire.topologies.runtime.simulation import simulate_gossip
 from thinwire.topologies.transport import TLSIdentity, TransportSettings, write_run_certificates
@@ -163,7 +163,9 @@ def test_eight_peers_send_the_simulators_bytes_and_end_with_its_models(tmp_path,
         sent = [{int(j): n for j, n in line["sent"].items()} for line in lines]
         assert sent == [sim.reports[r][node].sent for r in range(8)]
         assert all(line["missing"] == [] and line["push_failures"] == {} for line in lines)
-        saved = load_checkpoint(checkpoint_path(config.parent / "runs/e2e-peers/checkpoints", node))
+        saved = load_node_checkpoint(
+            node_checkpoint_path(config.parent / "runs/e2e-peers/checkpoints", node)
+        )
         assert saved.round == 8
         assert torch.equal(saved.state["x"], sim.models[node])
 
@@ -279,13 +281,13 @@ def test_sigterm_ends_a_peer_after_its_round_and_a_second_one_abandons_the_round
         topology="chain",
         deadline_s=1.0,  # node 1 never comes: every round waits this long for it
     )
-    saved = checkpoint_path(config.parent / "runs" / "e2e-peers" / "checkpoints", 0)
+    saved = node_checkpoint_path(config.parent / "runs" / "e2e-peers" / "checkpoints", 0)
     peer = spawn(config, 0, "--startup-timeout", "1")
     wait_for(lambda: len(log_of(config, 0)) >= 1, 90, "node 0's first round")
     peer.send_signal(signal.SIGTERM)
     assert peer.wait(timeout=30) == 0  # finished its round, checkpointed, closed
     stopped = log_of(config, 0)[-1]["round"]
-    assert stopped < 50 and load_checkpoint(saved).round == stopped
+    assert stopped < 50 and load_node_checkpoint(saved).round == stopped
 
     again = spawn(config, 0, "--startup-timeout", "1")
     wait_for(lambda: log_of(config, 0)[-1]["round"] > stopped, 60, "the resumed round")
@@ -298,4 +300,4 @@ def test_sigterm_ends_a_peer_after_its_round_and_a_second_one_abandons_the_round
     wait_for(lambda: "signal again" in output.read_text(), 10, "the first signal's note")
     again.send_signal(signal.SIGTERM)  # ...and again: abandon it
     assert again.wait(timeout=30) == 128 + signal.SIGTERM
-    assert load_checkpoint(saved).round == log_of(config, 0)[-1]["round"]  # no half round
+    assert load_node_checkpoint(saved).round == log_of(config, 0)[-1]["round"]  # no half round

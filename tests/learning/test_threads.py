@@ -6,7 +6,7 @@ from star_helpers import tiny_experiment
 from thinwire.config import parse_config
 from thinwire.learning import simulation_threads, torch_threads
 from thinwire.learning.threads import PARALLEL_FLOPS, batch_flops
-from thinwire.simulate import simulate
+from thinwire.runtimes.simulation import simulate
 
 
 def image_experiment(**train):

@@ -44,7 +44,7 @@ def test_orders_are_opacus_defaults():
 
 def test_only_privacy_work_imports_opacus():
     code = (
-        "import sys, thinwire.clients, thinwire.simulate, thinwire.privacy; "
+        "import sys, thinwire.clients, thinwire.runtimes.simulation, thinwire.privacy; "
         "assert 'opacus' not in sys.modules; thinwire.privacy.make_private; "
         "assert 'opacus' in sys.modules"
     )

@@ -17,8 +17,8 @@ from star_helpers import tiny_experiment
 from thinwire.clients import Client
 from thinwire.codecs.model import ModelCodec
 from thinwire.learning import load_federation
+from thinwire.runtimes.simulation import simulate
 from thinwire.server import Aggregator
-from thinwire.simulate import simulate
 from thinwire.wire import Kind, Update, client_id, encode
 
 HOSTILE = 3

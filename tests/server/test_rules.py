@@ -156,7 +156,7 @@ def test_signsgd_with_majority_vote_moves_every_coordinate_by_the_step_and_sends
     # The protocol end to end in the simulator: sign uplink, vote, sign downlink. Each
     # round every coordinate of the global model moves by exactly +-lr, and each message
     # in either direction costs one bit per coordinate plus a fixed overhead.
-    from thinwire.simulate import simulate
+    from thinwire.runtimes.simulation import simulate
 
     sections = {
         "codec": {"quantize": {"kind": "sign"}},

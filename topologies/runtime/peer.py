@@ -34,15 +34,15 @@ from typing import NamedTuple
 import grpc
 import torch
 
+from thinwire.checkpoint import (
+    NodeCheckpoint,
+    experiment_digest,
+    load_node_checkpoint,
+    node_checkpoint_path,
+    save_node_checkpoint,
+)
 from thinwire.config import Experiment, GossipRuntime
 from thinwire.learning import Evaluation, evaluate, flatten, load_federation, unflatten
-from thinwire.topologies.checkpoint import (
-    Checkpoint,
-    checkpoint_path,
-    experiment_digest,
-    load_checkpoint,
-    save_checkpoint,
-)
 from thinwire.topologies.graph.schedule import GraphSchedule
 from thinwire.topologies.methods.node import GossipNode
 from thinwire.topologies.methods.registry import build_node
@@ -167,10 +167,10 @@ def run_peer(
         initial=flatten(workspace.tensors()),
     )
     digest = experiment_digest(experiment)
-    saved = checkpoint_path(checkpoint_dir or Path(out_dir) / "checkpoints", node)
+    saved = node_checkpoint_path(checkpoint_dir or Path(out_dir) / "checkpoints", node)
     resumed_from = None
     if saved.exists():
-        checkpoint = load_checkpoint(saved, digest=digest, map_location=workspace.device)
+        checkpoint = load_node_checkpoint(saved, digest=digest, map_location=workspace.device)
         if checkpoint.node != node:
             raise ValueError(f"{saved} holds node {checkpoint.node}'s state, not node {node}'s")
         gossip_node.load_state_dict(checkpoint.state)
@@ -245,7 +245,9 @@ class _RoundLoop:
                 extra["rejoined"] = True
             log.write(report, **extra)
             state = self.node.state_dict()
-            save_checkpoint(self.saved, Checkpoint(index, round, state), digest=self.digest)
+            save_node_checkpoint(
+                self.saved, NodeCheckpoint(index, round, state), digest=self.digest
+            )
             self._log(report)
             last, round, rejoining = round, round + 1, False
         return last
@@ -295,10 +297,10 @@ def summarize_peers(
     directory = Path(checkpoint_dir or Path(out_dir) / "checkpoints")
     vectors, rounds, sent, missing = [], {}, {}, {}
     for node in range(experiment.data.clients):
-        path = checkpoint_path(directory, node)
+        path = node_checkpoint_path(directory, node)
         if not path.exists():
             raise ValueError(f"node {node} has no checkpoint at {path}")
-        checkpoint = load_checkpoint(path, digest=digest, map_location=workspace.device)
+        checkpoint = load_node_checkpoint(path, digest=digest, map_location=workspace.device)
         vectors.append(checkpoint.state["x"])
         rounds[node] = checkpoint.round
         log = node_log_path(out_dir, node)

@@ -32,8 +32,8 @@ def ddp(
     --rdzv-endpoint HOST:29500 --no-python thinwire ddp exp.yaml`. A file whose runtime is
     the simulation runs as is (the same file drives both runtimes).
     """
-    from thinwire.ddp.runtime import RankFailure, launch, run_torchrun_rank
     from thinwire.metrics import load_records, new_run_dir, summarize
+    from thinwire.runtimes.ddp import RankFailure, launch, run_torchrun_rank
 
     items = list(overrides or [])
     kind = load(config, items).runtime.kind

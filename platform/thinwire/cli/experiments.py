@@ -75,7 +75,7 @@ def run(
     one sweep folder, compared at the end. On a terminal a progress bar shows the live
     round; elsewhere (nohup, a batch system) each round prints one line.
     """
-    from thinwire.runner import resume_run, run_experiment
+    from thinwire.runtimes.run_folder import resume_run, run_experiment
 
     mode: Literal["bar", "lines", "off"] = (
         "off" if quiet else "bar" if sys.stderr.isatty() else "lines"

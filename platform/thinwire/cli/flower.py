@@ -1,7 +1,7 @@
 """`thinwire server` and `thinwire client`: the star on Flower's deployment engine.
 
 Both are thin wrappers over Flower's own commands (`flwr run`, `flower-superlink`,
-`flower-supernode`); `thinwire.server.flower_deploy` builds their command lines and the app
+`flower-supernode`); `thinwire.runtimes.flower.deploy` builds their command lines and the app
 folder, which also work without these wrappers.
 """
 
@@ -102,7 +102,7 @@ def server(
     end. Clients join with `thinwire client --superlink HOST:PORT --partition I`.
     Ctrl-C stops the run on the SuperLink.
     """
-    from thinwire.server.flower_deploy import write_app as write_flower_app
+    from thinwire.runtimes.flower.deploy import write_app as write_flower_app
 
     experiment = _flower_experiment(config, overrides, superlink, insecure, root_certificates)
     runtime = experiment.runtime
@@ -110,7 +110,7 @@ def server(
         raise RuntimeError(f"expected a flower runtime, got {runtime.kind!r}")
     checkpoint = ""
     if resume is not None:
-        from thinwire.server.checkpoint import find_checkpoint
+        from thinwire.checkpoint import find_checkpoint
 
         try:
             checkpoint = str(find_checkpoint(resume).resolve())
@@ -146,7 +146,7 @@ def _local_superlink(address: str) -> Iterator[None]:
 
     The port must be free: a SuperLink that cannot bind would leave `/health` to whatever
     holds the port (an orphaned SuperLink of an earlier run), and the run would go there.
-    The SuperLink runs under `thinwire.server.flower_superlink`, a supervisor armed with a
+    The SuperLink runs under `thinwire.runtimes.flower.superlink`, a supervisor armed with a
     parent-death signal: it stops the SuperLink and everything the SuperLink started (the
     SuperExec, the ServerApp) when the block ends, and also when this process is SIGKILLed.
     """
@@ -155,7 +155,7 @@ def _local_superlink(address: str) -> Iterator[None]:
     import urllib.error
     import urllib.request
 
-    from thinwire.server.flower_deploy import (
+    from thinwire.runtimes.flower.deploy import (
         die_with_parent,
         flower_environment,
         superlink_command,
@@ -171,7 +171,7 @@ def _local_superlink(address: str) -> Iterator[None]:
             "or pick a free port with --superlink HOST:PORT"
         )
     command = superlink_command(host=host, port=int(port))
-    supervised = [sys.executable, "-m", "thinwire.server.flower_superlink", *command]
+    supervised = [sys.executable, "-m", "thinwire.runtimes.flower.superlink", *command]
     process = subprocess.Popen(
         supervised, env=flower_environment(), start_new_session=True, preexec_fn=die_with_parent
     )
@@ -217,7 +217,7 @@ def _submit(app_dir: Path, flwr_home: Path, runtime: FlowerRuntime) -> str:
     import re
     import subprocess
 
-    from thinwire.server.flower_deploy import (
+    from thinwire.runtimes.flower.deploy import (
         CONNECTION,
         die_with_parent,
         flower_environment,
@@ -331,9 +331,9 @@ def client(
     import logging
     import shutil
 
-    from thinwire.clients.flower_supernode import Supervisor
-    from thinwire.server.flower_deploy import flower_environment, supernode_command
-    from thinwire.server.flower_messages import default_state_dir
+    from thinwire.runtimes.flower.deploy import flower_environment, supernode_command
+    from thinwire.runtimes.flower.messages import default_state_dir
+    from thinwire.runtimes.flower.supernode import Supervisor
 
     if insecure and root_certificates is not None:
         fail("pass either --insecure or --root-certificates, not both")

@@ -3,7 +3,7 @@
 - `register(model, codec=...)`: a DDP communication hook that compresses each gradient
   bucket with a thinwire codec, `PowerSGD` or `OkTopk`, and exchanges it with the collective
   that suits it (allreduce, all-gather of serialized payloads, Ok-Topk's sparse allreduce).
-- `thinwire.ddp.runtime`: the `runtime: {kind: ddp}` experiment runtime behind
+- `thinwire.runtimes.ddp`: the `runtime: {kind: ddp}` experiment runtime behind
   `thinwire ddp exp.yaml --nproc N` (imported on demand; it pulls in the star's roles).
 
 Example::

@@ -8,11 +8,11 @@ import threading
 import pytest
 import torch
 
-from thinwire.topologies.checkpoint import (
-    Checkpoint,
-    checkpoint_path,
-    load_checkpoint,
-    save_checkpoint,
+from thinwire.checkpoint import (
+    NodeCheckpoint,
+    load_node_checkpoint,
+    node_checkpoint_path,
+    save_node_checkpoint,
 )
 from thinwire.topologies.runtime.peer import node_log_path, run_peer, summarize_peers
 from thinwire.topologies.runtime.reports import NodeReport, read_node_log
@@ -73,7 +73,7 @@ def test_peers_finish_with_the_simulators_bytes_and_models(finished):
         assert [r.round for r in reports] == [1, 2, 3, 4]
         assert [r.sent for r in reports] == [sim.reports[k][node].sent for k in range(4)]
         assert all(line["push_failures"] == {} for line in lines)
-        saved = load_checkpoint(checkpoint_path(out / "checkpoints", node))
+        saved = load_node_checkpoint(node_checkpoint_path(out / "checkpoints", node))
         assert torch.equal(saved.state["x"], sim.models[node])
     summary = summarize_peers(exp, out)
     assert summary.rounds == {0: 4, 1: 4, 2: 4}
@@ -93,13 +93,13 @@ def test_a_stopped_peer_ends_before_its_next_round(tmp_path):
     exp = config(free_ports(3))
     result = run_peer(exp, 0, out_dir=tmp_path, stop=stop, startup_timeout_s=0.05)
     assert (result.last_round, result.completed) == (0, False)
-    assert not checkpoint_path(tmp_path / "checkpoints", 0).exists()
+    assert not node_checkpoint_path(tmp_path / "checkpoints", 0).exists()
 
 
 def test_a_checkpoint_of_another_experiment_or_node_is_refused(tmp_path):
     exp = config(free_ports(3))
-    path = checkpoint_path(tmp_path / "checkpoints", 0)
-    save_checkpoint(path, Checkpoint(0, 1, {"x": torch.zeros(1)}), digest="other")
+    path = node_checkpoint_path(tmp_path / "checkpoints", 0)
+    save_node_checkpoint(path, NodeCheckpoint(0, 1, {"x": torch.zeros(1)}), digest="other")
     with pytest.raises(ValueError, match="another experiment"):
         run_peer(exp, 0, out_dir=tmp_path)
 

@@ -9,7 +9,7 @@ import torch
 
 from thinwire.learning import flatten
 from thinwire.metrics import CORE_KEYS
-from thinwire.simulate import simulate
+from thinwire.runtimes.simulation import simulate
 from thinwire.topologies.runtime.simulation import (
     average_model,
     consensus_distance,
