@@ -12,7 +12,7 @@ import pytest
 from star_helpers import tiny_experiment
 
 from thinwire.metrics import CORE_KEYS, KEYS, RoundCounts, RoundRecord, round_record, schema
-from thinwire.simulate import simulate
+from thinwire.runtimes.simulation import simulate
 
 CORE = {
     "bytes_up": 10,
