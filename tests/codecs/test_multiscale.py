@@ -49,7 +49,12 @@ def test_each_value_takes_the_finest_scale_at_which_its_level_fits():
 
 
 @pytest.mark.parametrize(
-    ("bits", "scales", "bucket"), [(4, (7, 56), 0), (3, (3, 12, 48), 16), (5, (15,), 7)]
+    ("bits", "scales", "bucket"),
+    [
+        (4, (7, 56), 0),
+        pytest.param(3, (3, 12, 48), 16, marks=pytest.mark.slow),
+        pytest.param(5, (15,), 7, marks=pytest.mark.slow),
+    ],
 )
 def test_it_is_unbiased(bits, scales, bucket):
     n, count = 64, 3000

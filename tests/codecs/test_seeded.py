@@ -90,6 +90,7 @@ def test_random_block_is_one_contiguous_run():
         assert torch.equal(payload.values.data, x[kept])
 
 
+@pytest.mark.slow
 def test_unbiased_random_k_is_unbiased_with_its_stated_variance():
     n, draws = 20, 1500
     x = gaussian(n, 4)

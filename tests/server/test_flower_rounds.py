@@ -254,6 +254,7 @@ def truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[:-1])
 
 
+@pytest.mark.slow
 def test_a_mangled_state_folder_is_counted_and_its_client_resynchronized(
     tmp_path: Path,
 ) -> None:
