@@ -129,16 +129,19 @@ def _target(name: str) -> str:
 def imports(name: str) -> frozenset[tuple[str, int]]:
     """(thinwire module, line) of every import in module `name`."""
     module = modules()[name]
+    return frozenset((t, line) for t, line in _imports(module.path, module.package) if t != name)
+
+
+def _imports(path: Path, package: str) -> set[tuple[str, int]]:
+    """(thinwire module, line) of every import in the file at `path`, inside `package`."""
     found: set[tuple[str, int]] = set()
-    for node in ast.walk(ast.parse(module.path.read_text())):
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                anchor = module.package.split(".")[
-                    : len(module.package.split(".")) - node.level + 1
-                ]
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, *([base] if base else [])])
             # `from package import submodule` imports the submodule too.
             targets = [f"{base}.{alias.name}" for alias in node.names]
@@ -146,9 +149,9 @@ def imports(name: str) -> frozenset[tuple[str, int]]:
             continue
         for target in targets:
             resolved = _target(target) if target.split(".")[0] == "thinwire" else ""
-            if resolved and resolved != name:
+            if resolved:
                 found.add((resolved, node.lineno))
-    return frozenset(found)
+    return found
 
 
 def layer_of(name: str) -> str | None:
@@ -262,6 +265,18 @@ def test_private_modules_stay_inside_their_package():
             if private and not (name == owner or name.startswith(owner + ".")):
                 offenders.append(f"{name}:{line} imports {target}")
     assert not offenders, "import the package, not its private module:\n" + "\n".join(offenders)
+
+
+def test_examples_use_only_the_public_api():
+    # A user's code starts from an example (plugins included): it must not need internals.
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    offenders = [
+        f"{path.relative_to(examples)}:{line} imports {target}"
+        for path in sorted(examples.rglob("*.py"))
+        for target, line in _imports(path, "")
+        if any(part.startswith("_") for part in target.split("."))
+    ]
+    assert not offenders, offenders
 
 
 def test_packages_with_private_modules_export_what_they_import_from_them():
