@@ -190,6 +190,27 @@ def test_imports_point_down():
     assert not new, "an import points up a layer:\n" + "\n".join(new)
 
 
+def _role(name: str) -> str | None:
+    """The role package a role-layer module belongs to (its pattern in LAYERS["role"])."""
+    if layer_of(name) != "role":
+        return None
+    return max(
+        p for p in LAYERS["role"] if fnmatch.fnmatchcase(name, p) or name.startswith(p + ".")
+    )
+
+
+def test_roles_do_not_import_each_other():
+    # Client, server and gossip node share only the core: what two roles both need (a
+    # message schema, a state format) lives below them.
+    crossings = [
+        f"{name}:{line} imports {target}"
+        for name in modules()
+        for target, line in imports(name)
+        if _role(name) and _role(target) and _role(name) != _role(target)
+    ]
+    assert not crossings, crossings
+
+
 def test_pending_violations_still_exist():
     # Keeps PENDING honest: a fixed violation must leave the list.
     gone = sorted(set(PENDING) - set(_violations()))
