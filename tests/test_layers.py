@@ -4,7 +4,8 @@ Imports point down: cli -> runtimes -> roles -> core. `LAYERS` is the one descri
 which module sits in which layer; a module may import only modules of its own layer or a
 layer below. Every import counts, also one inside a function or under `TYPE_CHECKING`: a
 lazy import is still a dependency, only a later one. Besides the direction: no cycles
-between packages, private modules stay inside their package, and the core imports light.
+between packages (there, imports that only type checkers run are left out), private
+modules stay inside their package, and the core imports light.
 """
 
 from __future__ import annotations
@@ -126,16 +127,32 @@ def _target(name: str) -> str:
 
 
 @cache
-def imports(name: str) -> frozenset[tuple[str, int]]:
-    """(thinwire module, line) of every import in module `name`."""
+def imports(name: str, *, runtime_only: bool = False) -> frozenset[tuple[str, int]]:
+    """(thinwire module, line) of every import in module `name`.
+
+    With `runtime_only`, imports under `if TYPE_CHECKING:` are left out (they never run).
+    """
     module = modules()[name]
-    return frozenset((t, line) for t, line in _imports(module.path, module.package) if t != name)
+    found = _imports(module.path, module.package)
+    return frozenset(
+        (target, line)
+        for target, line, typing_only in found
+        if target != name and not (runtime_only and typing_only)
+    )
 
 
-def _imports(path: Path, package: str) -> set[tuple[str, int]]:
-    """(thinwire module, line) of every import in the file at `path`, inside `package`."""
-    found: set[tuple[str, int]] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+def _imports(path: Path, package: str) -> set[tuple[str, int, bool]]:
+    """(thinwire module, line, under TYPE_CHECKING) of every import in the file at `path`."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for statement in node.body
+        for inner in ast.walk(statement)
+    }
+    found: set[tuple[str, int, bool]] = set()
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -150,7 +167,7 @@ def _imports(path: Path, package: str) -> set[tuple[str, int]]:
         for target in targets:
             resolved = _target(target) if target.split(".")[0] == "thinwire" else ""
             if resolved:
-                found.add((resolved, node.lineno))
+                found.add((resolved, node.lineno, id(node) in typing_only))
     return found
 
 
@@ -225,12 +242,15 @@ def _unit(name: str) -> str:
 
 def test_no_import_cycles_between_packages():
     graph: dict[str, set[str]] = {}
+    edges: list[tuple[str, str, str]] = []  # (from unit, to unit, where)
     for name in modules():
-        for target, _ in imports(name):
+        for target, line in imports(name, runtime_only=True):
             if _unit(name) != _unit(target) and (name, target) not in PENDING:
                 graph.setdefault(_unit(name), set()).add(_unit(target))
-    cycles = [sorted(c) for c in _strongly_connected(graph) if len(c) > 1]
-    assert not cycles, f"packages that import each other: {cycles}"
+                edges.append((_unit(name), _unit(target), f"{name}:{line} -> {target}"))
+    cycles = [c for c in _strongly_connected(graph) if len(c) > 1]
+    where = [e for c in cycles for a, b, e in sorted(edges) if a in c and b in c]
+    assert not cycles, f"packages that import each other: {cycles}\n" + "\n".join(where)
 
 
 def _strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
@@ -294,7 +314,7 @@ def test_examples_use_only_the_public_api():
     offenders = [
         f"{path.relative_to(examples)}:{line} imports {target}"
         for path in sorted(examples.rglob("*.py"))
-        for target, line in _imports(path, "")
+        for target, line, _ in _imports(path, "")
         if any(part.startswith("_") for part in target.split("."))
     ]
     assert not offenders, offenders
