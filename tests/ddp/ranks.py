@@ -8,12 +8,13 @@ interpreter: ranks fork from one forkserver that has imported torch, thinwire an
 workers once, so a rank starts in milliseconds instead of the seconds a spawned
 interpreter spends importing torch and what DDP loads on first use (a DDP test used to
 pay that per rank, 10-20 s on a loaded machine). The forkserver
-has run no torch op and started no thread, so the fork is as clean as a spawn; it exits
-with the test process.
+has run no torch op and started no thread, so the fork is as clean as a spawn; it stops
+after the last DDP test (conftest.py).
 """
 
 import datetime
 import multiprocessing.context
+import multiprocessing.forkserver
 import os
 import socket
 import time
@@ -68,6 +69,11 @@ def _context() -> multiprocessing.context.BaseContext:
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)  # read when the forkserver starts: the first run
     return ctx
+
+
+def stop_forkserver() -> None:
+    """Stops the ranks' forkserver (it would otherwise live until the test process ends)."""
+    multiprocessing.forkserver._forkserver._stop()  # no public API; a no-op if never started
 
 
 def run_ranks(
