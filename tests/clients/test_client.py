@@ -168,6 +168,7 @@ def test_a_collided_update_comes_back_as_carried_memory_beside_the_fresh_update(
 PRIVATE = {"target_epsilon": 1.0, "delta": 1e-4, "max_grad_norm": 1.0}
 
 
+@pytest.mark.slow
 def test_a_private_client_reports_epsilon_growing_to_its_target():
     experiment, aggregator, clients = star(privacy=PRIVATE)
     spent = []

@@ -49,7 +49,12 @@ def test_each_value_takes_the_finest_scale_at_which_its_level_fits():
 
 
 @pytest.mark.parametrize(
-    ("bits", "scales", "bucket"), [(4, (7, 56), 0), (3, (3, 12, 48), 16), (5, (15,), 7)]
+    ("bits", "scales", "bucket"),
+    [
+        (4, (7, 56), 0),
+        pytest.param(3, (3, 12, 48), 16, marks=pytest.mark.slow),
+        pytest.param(5, (15,), 7, marks=pytest.mark.slow),
+    ],
 )
 def test_it_is_unbiased(bits, scales, bucket):
     n, count = 64, 3000
@@ -107,7 +112,14 @@ def test_variance_is_within_omega():
 
 # Measured on this input: 2.8x at buckets of 64, 16x at 512, 50x at 2048 (QSGD's l2 norm
 # grows with the bucket, the max norm barely does).
-@pytest.mark.parametrize(("bucket", "least_gain"), [(64, 2.0), (512, 10.0), (2048, 30.0)])
+@pytest.mark.parametrize(
+    ("bucket", "least_gain"),
+    [
+        pytest.param(64, 2.0, marks=pytest.mark.slow),
+        pytest.param(512, 10.0, marks=pytest.mark.slow),
+        (2048, 30.0),
+    ],
+)
 def test_variance_at_equal_bits_is_far_below_qsgds(bucket, least_gain):
     # 4-bit levels + a 1-bit scale index against QSGD's 5-bit codes (s = 15): the same bytes
     # on the wire. QSGD's step is ||v_b||_2 / s; here it is max|v_b| / s_j.

@@ -64,7 +64,7 @@ def test_each_coordinate_is_kept_with_probability_k_over_n(kind):
     assert float((hits - steps * p).abs().max()) < 5 * sigma
 
 
-@pytest.mark.parametrize("kind", FACTORIES)
+@pytest.mark.parametrize("kind", [pytest.param("random_k", marks=pytest.mark.slow), "random_block"])
 def test_expected_error_is_one_minus_k_over_n(kind):
     x = gaussian(40, 3)
     codec = chain(FACTORIES[kind](0.25, 9))
@@ -90,6 +90,7 @@ def test_random_block_is_one_contiguous_run():
         assert torch.equal(payload.values.data, x[kept])
 
 
+@pytest.mark.slow
 def test_unbiased_random_k_is_unbiased_with_its_stated_variance():
     n, draws = 20, 1500
     x = gaussian(n, 4)

@@ -6,6 +6,7 @@ selections. A rank compares the gradient DDP left in its model with that referen
 """
 
 import os
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -15,9 +16,10 @@ from torch.nn.parallel import DistributedDataParallel
 from thinwire.codecs import build
 from thinwire.codecs.lowrank import initial_q, orthogonalize
 from thinwire.codecs.support import derive_seed
-from thinwire.config import CodecConfig
+from thinwire.config import CodecConfig, Experiment
 from thinwire.ddp import OkTopk, PowerSGD, register
 from thinwire.ddp.exchange import BUCKET_NAME, reducible
+from thinwire.runtimes.ddp import run_rank
 from thinwire.wire import Kind, RawValues, Update, encode
 
 HOOK_SEED = 5
@@ -195,10 +197,5 @@ def die_mid_step(rank: int, world: int, victim: int, at_step: int):
 
 def runtime_rank(rank: int, world: int, raw: dict, run_dir: str):
     """One rank of the ddp runtime (the process group is already up)."""
-    from pathlib import Path
-
-    from thinwire.config import Experiment
-    from thinwire.runtimes.ddp import run_rank
-
     result = run_rank(Experiment.model_validate(raw), run_dir=Path(run_dir))
     return {"records": result.records, "model": result.model}

@@ -40,6 +40,7 @@ def run(digits, *, steps=20, mask=None, sigma=0.5, seed=0, on_step=None):
     return model, stats
 
 
+@pytest.mark.slow
 def test_private_training_still_learns_digits(digits):
     model, stats = run(digits, steps=150)
     assert stats.steps == 150

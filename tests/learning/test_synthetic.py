@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from thinwire.config import DataConfig, SyntheticData
@@ -22,6 +23,7 @@ def test_shapes_and_natural_split():
     assert torch.equal(torch.cat(data.natural.test), torch.arange(len(data.y_test)))
 
 
+@pytest.mark.slow
 def test_client_sizes_are_lognormal_around_samples_per_client_with_a_floor():
     data = _load(clients=200, dim=5, samples_per_client=100)
     sizes = torch.tensor(

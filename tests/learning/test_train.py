@@ -27,6 +27,7 @@ def _gen(seed=0):
     return torch.Generator().manual_seed(seed)
 
 
+@pytest.mark.slow
 def test_a_few_hundred_steps_of_mlp_learn_digits(digits):
     model = build_model(MLP(hidden=[64]), digits.input_shape, digits.num_classes, seed=0)
     untrained = evaluate(model, digits.x_test, digits.y_test)

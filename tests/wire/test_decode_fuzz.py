@@ -164,6 +164,7 @@ def mutate(message: Message, path: Path, field: FieldDescriptor, draw) -> None:
         setattr(holder, name, draw(st.sampled_from(values)))
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=400)
 @given(st.data())
 def test_field_mutations(data):

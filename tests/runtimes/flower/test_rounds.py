@@ -122,12 +122,18 @@ POLICY_KEYS = ("censored", "reused", "slot_successes", "slot_collisions", "slot_
     [
         {},
         {"downlink": TOPK_EF, "train": {"rounds": 3, "local_steps": 4, "participation": 0.67}},
-        {"policy": CENSOR, "codec": {}, "train": {"rounds": 4, "local_steps": 4}},
-        {
-            "policy": RANDOM_ACCESS,
-            "data": {"dataset": "digits", "clients": 6},
-            "channel": {"slots": 2},
-        },
+        pytest.param(
+            {"policy": CENSOR, "codec": {}, "train": {"rounds": 4, "local_steps": 4}},
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            {
+                "policy": RANDOM_ACCESS,
+                "data": {"dataset": "digits", "clients": 6},
+                "channel": {"slots": 2},
+            },
+            marks=pytest.mark.slow,
+        ),
         {"privacy": PRIVACY, "codec": SHARED_MASK},
         {"codec": MULTISCALE, "downlink": MULTISCALE},
     ],
@@ -283,6 +289,7 @@ def truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[:-1])
 
 
+@pytest.mark.slow
 def test_a_mangled_state_folder_is_counted_and_its_client_resynchronized(
     tmp_path: Path,
 ) -> None:
@@ -405,7 +412,11 @@ def replies_lost_from(grid: LocalGrid, round: int) -> None:
 
 @pytest.mark.parametrize(
     "sections",
-    [{}, {"downlink": TOPK_EF}, {"policy": CENSOR, "codec": {}}],
+    [
+        {},
+        pytest.param({"downlink": TOPK_EF}, marks=pytest.mark.slow),
+        pytest.param({"policy": CENSOR, "codec": {}}, marks=pytest.mark.slow),
+    ],
     ids=["topk-ef", "compressed-downlink", "censoring"],
 )
 @pytest.mark.usefixtures("two_threads")
@@ -437,6 +448,7 @@ def test_a_resumed_run_equals_the_uninterrupted_one_bit_for_bit(
     assert states == [2, 2, 2, 3, 3, 3]  # each client continued from its own state
 
 
+@pytest.mark.slow
 def test_a_resumed_run_resynchronizes_a_client_whose_state_is_gone(tmp_path: Path) -> None:
     exp = experiment(tmp_path, downlink=TOPK_EF, runtime={"checkpoint_every": 2})
     star(exp, LocalGrid(run_config(exp), 3), tmp_path / "a").run()

@@ -48,6 +48,7 @@ def started(tmp_path: Path, *, starter: list[str] | None = None) -> tuple[subpro
     return process, int(pid_file.read_text())
 
 
+@pytest.mark.slow
 def test_stopping_the_supervisor_stops_the_detached_grandchild_too(tmp_path: Path) -> None:
     supervisor, grandchild = started(tmp_path)
     try:
@@ -64,6 +65,7 @@ def test_stopping_the_supervisor_stops_the_detached_grandchild_too(tmp_path: Pat
             os.kill(grandchild, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_descendants_lists_children_and_grandchildren(tmp_path: Path) -> None:
     supervisor, grandchild = started(tmp_path)
     try:
@@ -74,6 +76,7 @@ def test_descendants_lists_children_and_grandchildren(tmp_path: Path) -> None:
         supervisor.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_an_orphan_of_a_dead_daemon_is_adopted_and_stopped(tmp_path: Path) -> None:
     supervisor, grandchild = started(tmp_path)
     try:
