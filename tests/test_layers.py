@@ -69,17 +69,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
 
 # Imports that break the rules today and belong to another branch of the restructuring
 # (issue 12). Each must still exist: delete an entry once its move has been merged.
-PENDING: dict[tuple[str, str], str] = {
-    ("thinwire.wire._codegen", "thinwire.topologies"): (
-        "the proto generator finds topologies' gossip.proto by importing the role"
-    ),
-    ("thinwire.topologies", "thinwire.topologies.transport"): (
-        "topologies' __init__ imports its transport (the lean __init__ of the topologies move)"
-    ),
-    ("thinwire.topologies.endpoint", "thinwire.topologies.transport"): (
-        "the flat endpoint module joins transport/ in the topologies move"
-    ),
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 # The packages the library's source lives in; each is found through the import system, so
 # the installed package is read (a role folder maps into `thinwire` from outside platform/).

@@ -102,9 +102,13 @@ def _literal_kinds(section: type[BaseModel]) -> tuple[str, ...]:
 
 
 def _check_section(section: Any) -> None:
-    from thinwire.config._base import Section  # not at import: thinwire.config imports us
-
-    if not (isinstance(section, type) and issubclass(section, Section)):
+    # Duck-typed: thinwire.config imports this module, so naming its Section here would
+    # make the two import each other. A Section is a pydantic model with check_experiment.
+    if not (
+        isinstance(section, type)
+        and issubclass(section, BaseModel)
+        and callable(getattr(section, "check_experiment", None))
+    ):
         raise TypeError(f"a section must be a thinwire.config.Section subclass, got {section!r}")
 
 
