@@ -36,7 +36,6 @@ from thinwire.channel import SLOT_METRIC
 from thinwire.codecs import install_mask
 from thinwire.codecs.model import ModelCodec
 from thinwire.codecs.receive import check_bounded, open_payloads
-from thinwire.codecs.support import derive_seed
 from thinwire.config import Experiment, PrivacyConfig, SharedMask
 from thinwire.learning import (
     TrainStats,
@@ -58,12 +57,17 @@ from thinwire.privacy import (
     record,
     round_mask,
 )
+from thinwire.seeding import (
+    downlink_codec_seed,
+    dp_noise_seed,
+    policy_seed,
+    train_seed,
+    uplink_codec_seed,
+)
 from thinwire.wire import Kind, Update, WireError, client_id, decode, encode
 from thinwire.wire.payload import SeededSupport
 
 __all__ = ["Client", "ClientResult", "ClientState", "PrivacyPlan"]
-
-_CODEC_SEED, _TRAIN_SEED, _POLICY_SEED, _NOISE_SEED = 1, 2, 3, 5
 
 
 class ClientState(NamedTuple):
@@ -152,10 +156,10 @@ class Client:
         self.workspace = workspace
         seed = experiment.seed
         self.uplink = ModelCodec(
-            experiment.codec, workspace.spec, seed=derive_seed(seed, _CODEC_SEED, index)
+            experiment.codec, workspace.spec, seed=uplink_codec_seed(seed, index)
         )
         self.downlink = (
-            ModelCodec(experiment.downlink, workspace.spec, seed=derive_seed(seed, 0))
+            ModelCodec(experiment.downlink, workspace.spec, seed=downlink_codec_seed(seed))
             if experiment.downlink is not None
             else None
         )
@@ -163,7 +167,7 @@ class Client:
         self.policy = build_policy(
             experiment.policy,
             PolicyContext(
-                seed=derive_seed(seed, _POLICY_SEED, index),
+                seed=policy_seed(seed, index),
                 client=index,
                 clients=experiment.data.clients,
                 slots=experiment.channel.slots,
@@ -243,7 +247,7 @@ class Client:
         train = self.experiment.train
         n = int(self.x.shape[0])
         generator = torch.Generator(device="cpu").manual_seed(
-            derive_seed(self.experiment.seed, _TRAIN_SEED, self.index, round)
+            train_seed(self.experiment.seed, self.index, round)
         )
         lr = learning_rate(train, round)
         self.workspace.load(view)
@@ -269,7 +273,7 @@ class Client:
             taken += 1
 
         noise = torch.Generator(device=self.workspace.device).manual_seed(
-            derive_seed(self.experiment.seed, _NOISE_SEED, self.index, round)
+            dp_noise_seed(self.experiment.seed, self.index, round)
         )
         stats = train_private(
             self.workspace.model,

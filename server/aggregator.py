@@ -48,10 +48,10 @@ from thinwire.channel import SLOT_METRIC, SlotStats, arbitrate
 from thinwire.codecs.forms import check_forms
 from thinwire.codecs.model import ModelCodec
 from thinwire.codecs.receive import norm_bound, open_payloads
-from thinwire.codecs.support import derive_seed
 from thinwire.config import Experiment
 from thinwire.learning import Evaluation, Workspace, evaluate
 from thinwire.policies import PolicyContext, build_policy
+from thinwire.seeding import downlink_codec_seed
 from thinwire.server.rules import Contribution, build_rule, clip_update, weighted_sum
 from thinwire.wire import Kind, Update, WireError, client_id, decode, encode
 
@@ -128,7 +128,9 @@ class Aggregator:
         self.uplink = ModelCodec(experiment.codec, workspace.spec, seed=0)
         self.dense = ModelCodec.dense(workspace.spec)
         self.downlink = (
-            ModelCodec(experiment.downlink, workspace.spec, seed=derive_seed(experiment.seed, 0))
+            ModelCodec(
+                experiment.downlink, workspace.spec, seed=downlink_codec_seed(experiment.seed)
+            )
             if experiment.downlink is not None
             else None
         )

@@ -47,7 +47,7 @@ from thinwire.codecs.sparsify import (
     threshold,
     top_k,
 )
-from thinwire.codecs.support import derive_seed, scatter, seeded_indices
+from thinwire.codecs.support import scatter, seeded_indices
 from thinwire.codecs.wavelet import wavelet, wavelet_lengths
 
 __all__ = [
@@ -72,7 +72,6 @@ __all__ = [
     "build",
     "cast",
     "chain",
-    "derive_seed",
     "information_bits",
     "install_mask",
     "kinds",

@@ -21,8 +21,8 @@ import torch
 from thinwire.codecs.base import Codec
 from thinwire.codecs.forms import Forms
 from thinwire.codecs.registry import build
-from thinwire.codecs.support import derive_seed
 from thinwire.config import CodecConfig
+from thinwire.seeding import tensor_seed
 from thinwire.wire.payload import Payload, TensorSpec
 
 __all__ = ["FLAT_NAME", "ModelCodec"]
@@ -49,7 +49,7 @@ class ModelCodec:
         else:
             keys = [(FLAT_NAME, (sum(s.numel for s in self.spec),))]
         self._codecs: dict[str, Codec] = {
-            name: build(config, seed=derive_seed(seed, i)) for i, (name, _) in enumerate(keys)
+            name: build(config, seed=tensor_seed(seed, i)) for i, (name, _) in enumerate(keys)
         }
         self._shapes = dict(keys)
         self.wire_spec = tuple(
