@@ -14,9 +14,12 @@ Example:
 """
 
 from thinwire.codecs.base import (
+    NO_ARGS,
     Codec,
     CodecInfo,
     EmptyState,
+    Encode,
+    EncodeArgs,
     Quantizer,
     Selector,
     Transform,
@@ -24,7 +27,7 @@ from thinwire.codecs.base import (
 )
 from thinwire.codecs.bounds import information_bits
 from thinwire.codecs.feedback import DGCState, ErrorFeedbackState, with_dgc, with_error_feedback
-from thinwire.codecs.masked import SharedMaskState, install_mask, shared_mask
+from thinwire.codecs.masked import shared_mask
 from thinwire.codecs.multiscale import MultiScaleState, multiscale_qsgd
 from thinwire.codecs.oktopk import OkTopKState, ok_top_k
 from thinwire.codecs.quantize import QSGDState, cast, qsgd, scaled_sign
@@ -55,7 +58,10 @@ __all__ = [
     "Codec",
     "CodecInfo",
     "DGCState",
+    "NO_ARGS",
     "EmptyState",
+    "Encode",
+    "EncodeArgs",
     "ErrorFeedbackState",
     "MultiScaleState",
     "OkTopKState",
@@ -66,14 +72,12 @@ __all__ = [
     "RandomKState",
     "SIDCoState",
     "Selector",
-    "SharedMaskState",
     "Transform",
     "adaptive_top_k",
     "build",
     "cast",
     "chain",
     "information_bits",
-    "install_mask",
     "kinds",
     "multiscale_qsgd",
     "ok_top_k",

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from thinwire.codecs.base import Codec
+from thinwire.codecs.base import NO_ARGS, Codec, EncodeArgs
 from thinwire.codecs.forms import Forms
 from thinwire.codecs.registry import build
 from thinwire.config import CodecConfig
@@ -81,13 +81,13 @@ class ModelCodec:
         return {name: self._codecs[name].init(x) for name, x in self._inputs(template).items()}
 
     def encode(
-        self, tensors: Tensors, state: dict[str, Any]
+        self, tensors: Tensors, state: dict[str, Any], args: EncodeArgs = NO_ARGS
     ) -> tuple[dict[str, Payload], dict[str, Any]]:
-        """Payloads for `tensors` and the advanced state."""
+        """Payloads for `tensors` and the advanced state; `args` go to every tensor's codec."""
         payloads: dict[str, Payload] = {}
         new_state: dict[str, Any] = {}
         for name, x in self._inputs(tensors).items():
-            payloads[name], new_state[name] = self._codecs[name].encode(x, state[name])
+            payloads[name], new_state[name] = self._codecs[name].encode(x, state[name], args)
         return payloads, new_state
 
     def decode(
