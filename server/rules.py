@@ -5,8 +5,11 @@ float32 tensors) with its weight (the sender's example count), and returns the a
 Rules compose like codec wrappers: `clipped(rule, max_norm)` is a rule that clips every
 update's l2 norm before handing them on, so a robust server is `clipped(median(), 5.0)`
 rather than a flag inside the `Aggregator`. `build_rule` builds the one the experiment's
-`aggregation` section names. `sign_vote()` is signSGD's majority vote: the aggregate is a
-sign per coordinate, and the server's learning rate is the step size.
+`aggregation` section names, from `thinwire.registry.AGGREGATION_RULES`: this module
+registers the factories of the rule sections `thinwire.config` declares, and a plugin may
+register more (`AGGREGATION_RULES.register(kind, section=..., factory=...)`).
+`sign_vote()` is signSGD's majority vote: the aggregate is a sign per coordinate, and the
+server's learning rate is the step size.
 
 Sums accumulate in float64, so no weighted sum of finite float32 updates overflows
 (|w| <= 2**40 and |v| < 2**128 keep every product and partial sum far inside float64);
@@ -32,6 +35,7 @@ from thinwire.config import (
     SignVoteRule,
     TrimmedMeanRule,
 )
+from thinwire.registry import AGGREGATION_RULES
 
 __all__ = [
     "Contribution",
@@ -169,15 +173,19 @@ def clip_update(delta: dict[str, torch.Tensor], max_norm: float) -> dict[str, to
     return {k: v * scale for k, v in delta.items()}
 
 
+AGGREGATION_RULES.register("mean", section=MeanRule, factory=lambda section: weighted_mean())
+AGGREGATION_RULES.register(
+    "trimmed_mean", section=TrimmedMeanRule, factory=lambda section: trimmed_mean(section.beta)
+)
+AGGREGATION_RULES.register("median", section=MedianRule, factory=lambda section: median())
+AGGREGATION_RULES.register("sign_vote", section=SignVoteRule, factory=lambda section: sign_vote())
+
+
 def build_rule(config: AggregationConfig) -> Rule:
-    """The rule the experiment's `aggregation` section names, clipped if it asks."""
-    match config.rule:
-        case MeanRule():
-            rule = weighted_mean()
-        case TrimmedMeanRule(beta=beta):
-            rule = trimmed_mean(beta)
-        case MedianRule():
-            rule = median()
-        case SignVoteRule():
-            rule = sign_vote()
+    """The rule the experiment's `aggregation` section names, clipped if it asks.
+
+    Raises:
+        ValueError: for a rule kind without a registered factory.
+    """
+    rule: Rule = AGGREGATION_RULES.factory(config.rule.kind)(config.rule)
     return clipped(rule, config.clip_norm) if config.clip_norm is not None else rule

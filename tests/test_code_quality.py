@@ -78,11 +78,17 @@ FORBIDDEN = {
 }
 
 
+# The one module that imports by name: plugin modules the user lists or installs (rule 12
+# forbids choosing components by import string; a plugin's kinds are still chosen by `kind`).
+PLUGIN_LOADER = ROOT / "platform" / "thinwire" / "plugins.py"
+
+
 @pytest.mark.parametrize("pattern", FORBIDDEN)
 def test_forbidden_calls(pattern):
     offenders = [
         f"{relative(path)}:{n}"
         for path in library_files()
+        if not (path == PLUGIN_LOADER and "importlib" in pattern)
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if re.search(pattern, line) and not line.lstrip().startswith((">>>", "#"))
     ]

@@ -56,8 +56,8 @@ def test_unknown_key_is_an_error_not_ignored(tmp_path):
 
 def test_unknown_kind_lists_the_valid_ones(tmp_path):
     [problem] = problems(tmp_path, "name: a\ncodec: {select: {kind: topq, density: 0.1}}")
-    assert problem.startswith("codec.select: unknown kind 'topq'; expected one of")
-    assert "'topk'" in problem and "'random_k'" in problem
+    assert problem.startswith("codec.select: unknown selector kind 'topq'; expected one of")
+    assert "topk, topk_sampled" in problem and " random_k," in problem
 
 
 def test_missing_kind_and_missing_field(tmp_path):

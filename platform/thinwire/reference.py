@@ -25,6 +25,7 @@ from pydantic_core import PydanticUndefined
 
 from thinwire.config import Experiment
 from thinwire.learning.datasets import DATA_LAYOUTS
+from thinwire.registry import Registry
 
 __all__ = ["Entry", "SectionDoc", "find", "reference_markdown", "sections"]
 
@@ -127,13 +128,14 @@ def _walk(model: type[BaseModel], path: str, kind: str | None) -> Iterator[Secti
     nested: list[tuple[str, list[type[BaseModel]]]] = []
     for name, field in model.model_fields.items():
         dotted = f"{path}.{name}" if path else name
-        members = _models(field.annotation)
+        annotation = _annotation(field)
+        members = _models(annotation)
         doc = _doc(field)
         if not doc and len(members) == 1 and _kind(members[0]) is None:
             doc = _clean(inspect.getdoc(members[0]) or "")  # a plain section: its own doc
         elif not doc and members:
             doc = "One of the kinds below."
-        entries.append(Entry(dotted, _type(field.annotation), _default(field), _range(field), doc))
+        entries.append(Entry(dotted, _type(annotation), _default(field), _range(field), doc))
         if members:
             nested.append((dotted, members))
     yield SectionDoc(path, kind, _clean(inspect.getdoc(model) or ""), entries)
@@ -144,14 +146,30 @@ def _walk(model: type[BaseModel], path: str, kind: str | None) -> Iterator[Secti
 
 
 def _kind(model: type[BaseModel]) -> str | None:
+    """The kinds a section configures ("fp16 | bf16" for one of two), None for no kind."""
     field = model.model_fields.get("kind")
-    return str(field.default) if field is not None else None
+    if field is None:
+        return None
+    if typing.get_origin(field.annotation) is typing.Literal:
+        return " | ".join(str(v) for v in typing.get_args(field.annotation))
+    return str(field.default)
+
+
+def _annotation(field: FieldInfo) -> Any:
+    # pydantic moves a field's Annotated metadata (a Registry among it) onto the FieldInfo.
+    if any(isinstance(item, Registry) for item in field.metadata):
+        return typing.Annotated[(field.annotation, *field.metadata)]
+    return field.annotation
 
 
 def _members(annotation: Any) -> list[Any]:
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
-        return _members(typing.get_args(annotation)[0])
+        inner, *metadata = typing.get_args(annotation)
+        registry = next((m for m in metadata if isinstance(m, Registry)), None)
+        if registry is not None:
+            return list(registry.sections())  # every kind registered now, plugins included
+        return _members(inner)
     if origin in (typing.Union, types.UnionType):
         return [m for arg in typing.get_args(annotation) for m in _members(arg)]
     return [annotation]
@@ -165,6 +183,8 @@ def _type(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
         inner, *metadata = typing.get_args(annotation)
+        if any(isinstance(m, Registry) for m in metadata):
+            return "section, kind " + " | ".join(str(_kind(m)) for m in _models(annotation))
         bound = _bounds(metadata)
         return f"{_type(inner)} ({bound})" if bound else _type(inner)
     if origin in (typing.Union, types.UnionType):

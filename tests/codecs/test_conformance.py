@@ -10,9 +10,10 @@ import dataclasses
 import pytest
 import torch
 
-from thinwire.codecs import NO_ARGS, EncodeArgs, build, kinds, with_error_feedback
+from thinwire.codecs import NO_ARGS, EncodeArgs, build, with_error_feedback
 from thinwire.codecs.forms import check_forms
 from thinwire.config import CodecConfig
+from thinwire.registry import FEEDBACKS, QUANTIZERS, SELECTORS, TRANSFORMS
 from thinwire.wire.payload import SeededSupport, SeedScheme
 
 TOPK = {"kind": "topk", "density": 0.1}
@@ -122,7 +123,11 @@ def args_for(entry: str, n: int) -> EncodeArgs:
 
 def test_table_covers_every_registered_kind():
     covered = {role_kind for role_kind, _ in TABLE.values()}
-    registered = {(role, kind) for role, names in kinds().items() for kind in names}
+    registered = {
+        (registry.family, kind)
+        for registry in (TRANSFORMS, SELECTORS, QUANTIZERS, FEEDBACKS)
+        for kind in registry.kinds()
+    }
     assert registered == covered, f"missing from the table: {sorted(registered - covered)}"
 
 

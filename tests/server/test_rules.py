@@ -173,3 +173,11 @@ def test_signsgd_with_majority_vote_moves_every_coordinate_by_the_step_and_sends
     per_update = record["bytes_up"] / record["updates_sent"]
     assert n / 8 <= per_update <= n / 8 + 200
     assert n / 8 * 4 <= record["bytes_down"] <= (n / 8 + 200) * 4  # four clients
+
+
+def test_every_declared_rule_has_a_factory() -> None:
+    from thinwire.registry import AGGREGATION_RULES
+
+    assert set(AGGREGATION_RULES.kinds()) == {"mean", "trimmed_mean", "median", "sign_vote"}
+    for kind in AGGREGATION_RULES.kinds():
+        assert callable(AGGREGATION_RULES.factory(kind)), kind

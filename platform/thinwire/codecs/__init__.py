@@ -31,14 +31,7 @@ from thinwire.codecs.masked import shared_mask
 from thinwire.codecs.multiscale import MultiScaleState, multiscale_qsgd
 from thinwire.codecs.oktopk import OkTopKState, ok_top_k
 from thinwire.codecs.quantize import QSGDState, cast, qsgd, scaled_sign
-from thinwire.codecs.registry import (
-    build,
-    kinds,
-    register_feedback,
-    register_quantizer,
-    register_selector,
-    register_transform,
-)
+from thinwire.codecs.registry import build
 from thinwire.codecs.seeded import RandomBlockState, RandomKState, random_block, random_k
 from thinwire.codecs.sidco import SIDCoState, sidco
 from thinwire.codecs.sparsify import (
@@ -78,16 +71,11 @@ __all__ = [
     "cast",
     "chain",
     "information_bits",
-    "kinds",
     "multiscale_qsgd",
     "ok_top_k",
     "qsgd",
     "random_block",
     "random_k",
-    "register_feedback",
-    "register_quantizer",
-    "register_selector",
-    "register_transform",
     "rtop_k",
     "sampled_top_k",
     "scaled_sign",

@@ -1,10 +1,10 @@
-"""From config to codec: explicit registries mapping each config `kind` to its factory.
+"""From config to codec: the factories of thinwire's codec kinds, and `build`.
 
 `build(config, seed=...)` looks every stage of a `CodecConfig` up by its `kind` in one of
-four registries (transform, selector, quantizer, feedback) and chains the results. A kind
-is added with `register_<role>(kind, factory)`; replacing one needs `force=True`, and an
-unknown kind raises `ValueError` naming the valid ones (STYLE rule 12: no import strings,
-no `eval`).
+four registries of `thinwire.registry` (`TRANSFORMS`, `SELECTORS`, `QUANTIZERS`,
+`FEEDBACKS`) and chains the results. Importing this module registers the factories of the
+sections `thinwire.config` declares; a new kind is `SELECTORS.register(kind, section=...,
+factory=...)`, from anywhere (a plugin, a notebook).
 
 A factory takes the stage's config section and a 64-bit seed (the stage's own, derived
 from the build seed) and returns the stage, or None for the identity stage. A feedback
@@ -13,11 +13,8 @@ factory takes its section and the chained codec, and returns the wrapped codec.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
-
 from thinwire import config as cfg
-from thinwire.codecs.base import Codec, Quantizer, Selector, Transform, chain
+from thinwire.codecs.base import Codec, chain
 from thinwire.codecs.feedback import with_dgc, with_error_feedback
 from thinwire.codecs.masked import shared_mask
 from thinwire.codecs.multiscale import multiscale_qsgd
@@ -27,45 +24,49 @@ from thinwire.codecs.seeded import random_block, random_k
 from thinwire.codecs.sidco import sidco
 from thinwire.codecs.sparsify import adaptive_top_k, rtop_k, sampled_top_k, threshold, top_k
 from thinwire.codecs.wavelet import wavelet
+from thinwire.registry import FEEDBACKS, QUANTIZERS, SELECTORS, TRANSFORMS
 from thinwire.seeding import stage_seed
 
-__all__ = [
-    "FeedbackFactory",
-    "QuantizerFactory",
-    "SelectorFactory",
-    "TransformFactory",
-    "build",
-    "kinds",
-    "register_feedback",
-    "register_quantizer",
-    "register_selector",
-    "register_transform",
-]
+__all__ = ["build"]
 
-TransformFactory = Callable[[Any, int], Transform | None]
-SelectorFactory = Callable[[Any, int], Selector | None]
-QuantizerFactory = Callable[[Any, int], Quantizer | None]
-FeedbackFactory = Callable[[Any, Codec], Codec]
 
-_Factory = TypeVar("_Factory")
-
-_TRANSFORMS: dict[str, TransformFactory] = {
-    "identity": lambda c, seed: None,
-    "wavelet": lambda c, seed: wavelet(c.wavelet, c.level),
-}
-_SELECTORS: dict[str, SelectorFactory] = {
-    "none": lambda c, seed: None,
-    "topk": lambda c, seed: top_k(c.density),
-    "topk_sampled": lambda c, seed: sampled_top_k(c.density, c.sample),
-    "random_k": lambda c, seed: random_k(c.density, seed=seed, unbiased=c.unbiased),
-    "random_block": lambda c, seed: random_block(c.density, seed=seed, unbiased=c.unbiased),
-    "rtopk": lambda c, seed: rtop_k(c.density, c.ratio, seed=seed),
-    "threshold": lambda c, seed: threshold(c.lam),
-    "adaptive": lambda c, seed: adaptive_top_k(
+TRANSFORMS.register("identity", section=cfg.IdentityTransform, factory=lambda c, seed: None)
+TRANSFORMS.register(
+    "wavelet", section=cfg.WaveletTransform, factory=lambda c, seed: wavelet(c.wavelet, c.level)
+)
+SELECTORS.register("none", section=cfg.KeepAll, factory=lambda c, seed: None)
+SELECTORS.register("topk", section=cfg.TopK, factory=lambda c, seed: top_k(c.density))
+SELECTORS.register(
+    "topk_sampled",
+    section=cfg.SampledTopK,
+    factory=lambda c, seed: sampled_top_k(c.density, c.sample),
+)
+SELECTORS.register(
+    "random_k",
+    section=cfg.RandomK,
+    factory=lambda c, seed: random_k(c.density, seed=seed, unbiased=c.unbiased),
+)
+SELECTORS.register(
+    "random_block",
+    section=cfg.RandomBlock,
+    factory=lambda c, seed: random_block(c.density, seed=seed, unbiased=c.unbiased),
+)
+SELECTORS.register(
+    "rtopk", section=cfg.RTopK, factory=lambda c, seed: rtop_k(c.density, c.ratio, seed=seed)
+)
+SELECTORS.register("threshold", section=cfg.HardThreshold, factory=lambda c, seed: threshold(c.lam))
+SELECTORS.register(
+    "adaptive",
+    section=cfg.AdaptiveTopK,
+    factory=lambda c, seed: adaptive_top_k(
         c.density, min_density=c.min_density, max_density=c.max_density, decay=c.decay
     ),
-    "shared_mask": lambda c, seed: shared_mask(),
-    "oktopk": lambda c, seed: ok_top_k(
+)
+SELECTORS.register("shared_mask", section=cfg.SharedMask, factory=lambda c, seed: shared_mask())
+SELECTORS.register(
+    "oktopk",
+    section=cfg.OkTopK,
+    factory=lambda c, seed: ok_top_k(
         c.density,
         period=c.period,
         tolerance=c.tolerance,
@@ -73,94 +74,37 @@ _SELECTORS: dict[str, SelectorFactory] = {
         max_nudges=c.max_nudges,
         nudge_down=c.nudge_down,
     ),
-    "sidco": lambda c, seed: sidco(
+)
+SELECTORS.register(
+    "sidco",
+    section=cfg.SIDCo,
+    factory=lambda c, seed: sidco(
         c.density,
         family=c.family,
         stages=c.stages,
         max_stages=c.max_stages,
         tolerance=c.tolerance,
     ),
-}
-_QUANTIZERS: dict[str, QuantizerFactory] = {
-    "none": lambda c, seed: None,
-    "fp16": lambda c, seed: cast("fp16"),
-    "bf16": lambda c, seed: cast("bf16"),
-    "qsgd": lambda c, seed: qsgd(c.levels, c.bucket, seed=seed),
-    "sign": lambda c, seed: scaled_sign(c.bucket),
-    "multiscale_qsgd": lambda c, seed: multiscale_qsgd(c.bits, c.scale_list(), c.bucket, seed=seed),
-}
-_FEEDBACKS: dict[str, FeedbackFactory] = {
-    "none": lambda c, codec: codec,
-    "residual": lambda c, codec: with_error_feedback(codec),
-    "dgc": lambda c, codec: with_dgc(codec, c.momentum, c.nesterov),
-}
-
-_REGISTRIES: dict[str, dict[str, Any]] = {
-    "transform": _TRANSFORMS,
-    "selector": _SELECTORS,
-    "quantizer": _QUANTIZERS,
-    "feedback": _FEEDBACKS,
-}
-
-
-def _register(role: str, kind: str, factory: _Factory, force: bool) -> None:
-    registry = _REGISTRIES[role]
-    if not isinstance(kind, str) or not kind:
-        raise ValueError(f"a {role} kind must be a non-empty string, got {kind!r}")
-    if kind in registry and not force:
-        raise ValueError(
-            f"{role} kind {kind!r} is already registered; pass force=True to replace it"
-        )
-    registry[kind] = factory
-
-
-def register_transform(kind: str, factory: TransformFactory, force: bool = False) -> None:
-    """Maps transform `kind` to `factory(section, seed) -> Transform | None`.
-
-    Raises:
-        ValueError: if `kind` is taken and `force` is False.
-    """
-    _register("transform", kind, factory, force)
-
-
-def register_selector(kind: str, factory: SelectorFactory, force: bool = False) -> None:
-    """Maps selector `kind` to `factory(section, seed) -> Selector | None`.
-
-    Raises:
-        ValueError: if `kind` is taken and `force` is False.
-    """
-    _register("selector", kind, factory, force)
-
-
-def register_quantizer(kind: str, factory: QuantizerFactory, force: bool = False) -> None:
-    """Maps quantizer `kind` to `factory(section, seed) -> Quantizer | None`.
-
-    Raises:
-        ValueError: if `kind` is taken and `force` is False.
-    """
-    _register("quantizer", kind, factory, force)
-
-
-def register_feedback(kind: str, factory: FeedbackFactory, force: bool = False) -> None:
-    """Maps feedback `kind` to `factory(section, codec) -> Codec`.
-
-    Raises:
-        ValueError: if `kind` is taken and `force` is False.
-    """
-    _register("feedback", kind, factory, force)
-
-
-def kinds() -> Mapping[str, tuple[str, ...]]:
-    """The registered kinds of each role: {"transform": (...), "selector": (...), ...}."""
-    return {role: tuple(sorted(registry)) for role, registry in _REGISTRIES.items()}
-
-
-def _lookup(role: str, kind: str) -> Any:
-    registry = _REGISTRIES[role]
-    if kind not in registry:
-        valid = ", ".join(sorted(registry))
-        raise ValueError(f"unknown {role} kind {kind!r}; registered kinds: {valid}")
-    return registry[kind]
+)
+QUANTIZERS.register("none", section=cfg.NoQuantizer, factory=lambda c, seed: None)
+QUANTIZERS.register("fp16", section=cfg.Cast, factory=lambda c, seed: cast("fp16"))
+QUANTIZERS.register("bf16", section=cfg.Cast, factory=lambda c, seed: cast("bf16"))
+QUANTIZERS.register(
+    "qsgd", section=cfg.QSGD, factory=lambda c, seed: qsgd(c.levels, c.bucket, seed=seed)
+)
+QUANTIZERS.register("sign", section=cfg.ScaledSign, factory=lambda c, seed: scaled_sign(c.bucket))
+QUANTIZERS.register(
+    "multiscale_qsgd",
+    section=cfg.MultiScaleQSGD,
+    factory=lambda c, seed: multiscale_qsgd(c.bits, c.scale_list(), c.bucket, seed=seed),
+)
+FEEDBACKS.register("none", section=cfg.NoFeedback, factory=lambda c, codec: codec)
+FEEDBACKS.register(
+    "residual", section=cfg.ResidualFeedback, factory=lambda c, codec: with_error_feedback(codec)
+)
+FEEDBACKS.register(
+    "dgc", section=cfg.DGCFeedback, factory=lambda c, codec: with_dgc(codec, c.momentum, c.nesterov)
+)
 
 
 def build(config: cfg.CodecConfig, *, seed: int) -> Codec:
@@ -191,9 +135,10 @@ def build(config: cfg.CodecConfig, *, seed: int) -> Codec:
         >>> build(config, seed=0).name
         'ef(top_k(0.01)+fp32)'
     """
-    transform = _lookup("transform", config.transform.kind)(config.transform, stage_seed(seed, 0))
-    selector = _lookup("selector", config.select.kind)(config.select, stage_seed(seed, 1))
-    quantizer = _lookup("quantizer", config.quantize.kind)(config.quantize, stage_seed(seed, 2))
+    transform = TRANSFORMS.factory(config.transform.kind)(config.transform, stage_seed(seed, 0))
+    selector = SELECTORS.factory(config.select.kind)(config.select, stage_seed(seed, 1))
+    quantizer = QUANTIZERS.factory(config.quantize.kind)(config.quantize, stage_seed(seed, 2))
     stages = [stage for stage in (transform, selector, quantizer) if stage is not None]
     codec = chain(*stages)
-    return _lookup("feedback", config.error_feedback.kind)(config.error_feedback, codec)
+    feedback: Codec = FEEDBACKS.factory(config.error_feedback.kind)(config.error_feedback, codec)
+    return feedback

@@ -59,6 +59,21 @@ from thinwire.config._codec import (
 from thinwire.config._experiment import (
     Experiment,
 )
+from thinwire.config._gossip import (
+    JWINS_ALPHAS,
+    SPARQ_CODEC,
+    ChocoGossip,
+    ConstantThreshold,
+    EstimateStart,
+    ExactGossip,
+    Gossip,
+    GossipGamma,
+    JwinsGossip,
+    PolynomialThreshold,
+    SparqGossip,
+    StepThreshold,
+    Threshold,
+)
 from thinwire.config._learning import (
     CNN,
     FILE_DATASETS,
@@ -102,12 +117,14 @@ from thinwire.config._policy import (
     InverseTau,
     LinearBatch,
     Policy,
-    PrivacyConfig,
     RandomAccessPolicy,
-    RandomSparsification,
     RoundRobinAccessRule,
     TauSchedule,
     UniformAccessRule,
+)
+from thinwire.config._privacy import (
+    PrivacyConfig,
+    RandomSparsification,
 )
 from thinwire.config._runtime import (
     ChannelConfig,
@@ -120,35 +137,22 @@ from thinwire.config._runtime import (
 )
 from thinwire.config._sweep import SweepPoint, override_name, parse_sweep_options, sweep_points
 from thinwire.config._topology import (
-    JWINS_ALPHAS,
-    SPARQ_CODEC,
     Attempts,
     ChainTopology,
-    ChocoGossip,
     CompleteTopology,
-    ConstantThreshold,
     EdgeListTopology,
     ErdosRenyiTopology,
-    EstimateStart,
-    ExactGossip,
     ExponentialTopology,
-    Gossip,
-    GossipGamma,
     GraphSection,
-    JwinsGossip,
     MatchingTopology,
     MatrixFileWeights,
     MaxDegreeWeights,
     MetropolisHastingsWeights,
     Mixing,
-    PolynomialThreshold,
     RegularTopology,
     RingTopology,
     SmallWorldTopology,
-    SparqGossip,
     StarTopology,
-    StepThreshold,
-    Threshold,
     Topology,
     TorusTopology,
 )

@@ -14,14 +14,17 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from thinwire.config._base import PositiveFloat, PositiveInt, Section
+from thinwire.registry import AGGREGATION_RULES, Kinded
 
 
+@AGGREGATION_RULES.declare
 class MeanRule(Section):
     """The weighted mean (FedAvg): each update counts with its sender's example count."""
 
     kind: Literal["mean"] = "mean"
 
 
+@AGGREGATION_RULES.declare
 class TrimmedMeanRule(Section):
     """Coordinate-wise trimmed mean (Yin et al. 2018; Flower's FedTrimmedAvg).
 
@@ -33,12 +36,14 @@ class TrimmedMeanRule(Section):
     beta: Annotated[float, Field(ge=0.0, lt=0.5)] = 0.2
 
 
+@AGGREGATION_RULES.declare
 class MedianRule(Section):
     """Coordinate-wise median of the updates, with equal weights (Flower's FedMedian)."""
 
     kind: Literal["median"] = "median"
 
 
+@AGGREGATION_RULES.declare
 class SignVoteRule(Section):
     """SignSGD with majority vote (Bernstein et al., ICLR'19): the sign most updates have.
 
@@ -50,9 +55,8 @@ class SignVoteRule(Section):
     kind: Literal["sign_vote"] = "sign_vote"
 
 
-AggregationRule = Annotated[
-    MeanRule | TrimmedMeanRule | MedianRule | SignVoteRule, Field(discriminator="kind")
-]
+AggregationRule = Annotated[Kinded, AGGREGATION_RULES]
+"""Any registered aggregation rule (`thinwire.server.rules` registers the factories)."""
 
 
 class AggregationConfig(Section):

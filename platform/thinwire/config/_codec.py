@@ -1,4 +1,9 @@
-"""The `codec` section: transform -> select -> quantize, with error feedback."""
+"""The `codec` section: transform -> select -> quantize, with error feedback.
+
+Each stage is a registered family (`thinwire.registry`): the sections below are thinwire's
+own kinds, declared here so that they validate anywhere; `thinwire.codecs.registry`
+registers their factories, and a plugin may register more.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +13,17 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from thinwire.config._base import Density, PositiveFloat, Probability, Section, WaveletName
+from thinwire.registry import FEEDBACKS, QUANTIZERS, SELECTORS, TRANSFORMS, Kinded
 
 
+@TRANSFORMS.declare
 class IdentityTransform(Section):
     """No transform: compress the tensor's own coordinates."""
 
     kind: Literal["identity"] = "identity"
 
 
+@TRANSFORMS.declare
 class WaveletTransform(Section):
     """Multilevel discrete wavelet transform of the flattened tensor (JWINS)."""
 
@@ -26,15 +34,18 @@ class WaveletTransform(Section):
     """Decomposition levels."""
 
 
-Transform = Annotated[IdentityTransform | WaveletTransform, Field(discriminator="kind")]
+Transform = Annotated[Kinded, TRANSFORMS]
+"""Any registered transform section."""
 
 
+@SELECTORS.declare
 class KeepAll(Section):
     """Send every coordinate."""
 
     kind: Literal["none"] = "none"
 
 
+@SELECTORS.declare
 class TopK(Section):
     """Exact top-k by magnitude; k = ceil(density * n)."""
 
@@ -43,6 +54,7 @@ class TopK(Section):
     """Fraction of coordinates sent: k = ceil(density * n)."""
 
 
+@SELECTORS.declare
 class SampledTopK(Section):
     """Top-k via a sampled threshold estimate plus an exact pass over the candidates (DGC)."""
 
@@ -53,6 +65,7 @@ class SampledTopK(Section):
     """Fraction of coordinates sampled to estimate the threshold."""
 
 
+@SELECTORS.declare
 class RandomK(Section):
     """k coordinates chosen by a seed that travels instead of the indices."""
 
@@ -63,6 +76,7 @@ class RandomK(Section):
     """Scale the kept values by n / k, so the estimate is unbiased."""
 
 
+@SELECTORS.declare
 class RandomBlock(Section):
     """One contiguous block of k coordinates from a seeded start (wrapping around).
 
@@ -77,6 +91,7 @@ class RandomBlock(Section):
     """Scale the kept values by n/k (unbiased; each worker its own block: independent blocks)."""
 
 
+@SELECTORS.declare
 class RTopK(Section):
     """rTop-k: k coordinates drawn uniformly from the top r = ratio * k."""
 
@@ -87,6 +102,7 @@ class RTopK(Section):
     """r / k: how many top coordinates the k are drawn from."""
 
 
+@SELECTORS.declare
 class HardThreshold(Section):
     """Every coordinate with |x_i| >= lam."""
 
@@ -95,6 +111,7 @@ class HardThreshold(Section):
     """The magnitude threshold lambda."""
 
 
+@SELECTORS.declare
 class AdaptiveTopK(Section):
     """Top-k with k chosen per call from the input's energy against its running average."""
 
@@ -115,6 +132,7 @@ class AdaptiveTopK(Section):
         return self
 
 
+@SELECTORS.declare
 class OkTopK(Section):
     """Ok-Topk: exact top-k every `period` calls, the threshold reused (and nudged) between."""
 
@@ -133,6 +151,7 @@ class OkTopK(Section):
     """Also lower the threshold while fewer than k / tolerance pass (false: the paper's rule)."""
 
 
+@SELECTORS.declare
 class SIDCo(Section):
     """SIDCo: a threshold fitted from a sparsity-inducing distribution, multi-stage."""
 
@@ -155,6 +174,7 @@ class SIDCo(Section):
         return self
 
 
+@SELECTORS.declare
 class SharedMask(Section):
     """The coordinates of a mask the sender installs each round (DP random sparsification).
 
@@ -165,34 +185,25 @@ class SharedMask(Section):
     kind: Literal["shared_mask"] = "shared_mask"
 
 
-Select = Annotated[
-    KeepAll
-    | TopK
-    | SampledTopK
-    | RandomK
-    | RandomBlock
-    | RTopK
-    | HardThreshold
-    | AdaptiveTopK
-    | SharedMask
-    | OkTopK
-    | SIDCo,
-    Field(discriminator="kind"),
-]
+Select = Annotated[Kinded, SELECTORS]
+"""Any registered selector section."""
 
 
+@QUANTIZERS.declare
 class NoQuantizer(Section):
     """Values travel as fp32."""
 
     kind: Literal["none"] = "none"
 
 
+@QUANTIZERS.declare
 class Cast(Section):
     """Values travel as fp16 or bf16."""
 
     kind: Literal["fp16", "bf16"]
 
 
+@QUANTIZERS.declare
 class QSGD(Section):
     """QSGD: s levels with stochastic rounding (unbiased), one norm per bucket."""
 
@@ -203,6 +214,7 @@ class QSGD(Section):
     """Coordinates per norm (bucket); 0: one norm per tensor."""
 
 
+@QUANTIZERS.declare
 class ScaledSign(Section):
     """Scaled sign: ||x_b||_1 / |b| * sign(x) per bucket b."""
 
@@ -211,6 +223,7 @@ class ScaledSign(Section):
     """Coordinates per scale (bucket); 0: one scale per tensor."""
 
 
+@QUANTIZERS.declare
 class MultiScaleQSGD(Section):
     """Multi-scale unbiased quantization: b-bit levels, each at the finest scale it fits.
 
@@ -241,23 +254,25 @@ class MultiScaleQSGD(Section):
         return tuple(top * self.ratio**j for j in range(self.scales))
 
 
-Quantize = Annotated[
-    NoQuantizer | Cast | QSGD | ScaledSign | MultiScaleQSGD, Field(discriminator="kind")
-]
+Quantize = Annotated[Kinded, QUANTIZERS]
+"""Any registered quantizer section."""
 
 
+@FEEDBACKS.declare
 class NoFeedback(Section):
     """Whatever the codec drops is lost."""
 
     kind: Literal["none"] = "none"
 
 
+@FEEDBACKS.declare
 class ResidualFeedback(Section):
     """Error feedback (Stich et al.): what was not sent is added to the next input."""
 
     kind: Literal["residual"] = "residual"
 
 
+@FEEDBACKS.declare
 class DGCFeedback(Section):
     """DGC: momentum correction and momentum-factor masking around the residual."""
 
@@ -266,7 +281,8 @@ class DGCFeedback(Section):
     nesterov: bool = False
 
 
-Feedback = Annotated[NoFeedback | ResidualFeedback | DGCFeedback, Field(discriminator="kind")]
+Feedback = Annotated[Kinded, FEEDBACKS]
+"""Any registered error-feedback section."""
 
 
 def _feedback_shorthand(value: Any) -> Any:

@@ -12,25 +12,29 @@ from pydantic import Field, model_validator
 from thinwire.config._aggregation import AggregationConfig, aggregation_problems
 from thinwire.config._base import Section
 from thinwire.config._codec import CodecConfig, SharedMask
+from thinwire.config._gossip import (
+    SPARQ_CODEC,
+    ChocoGossip,
+    ExactGossip,
+    Gossip,
+    JwinsGossip,
+    SparqGossip,
+)
 from thinwire.config._learning import MLP, DataConfig, ModelConfig, TrainConfig
 from thinwire.config._policy import (
     AlwaysSend,
     CensorPolicy,
     FixedBatch,
     Policy,
-    PrivacyConfig,
     RandomAccessPolicy,
+)
+from thinwire.config._privacy import (
+    PrivacyConfig,
 )
 from thinwire.config._runtime import ChannelConfig, FlowerRuntime, Runtime, SimulationRuntime
 from thinwire.config._topology import (
-    SPARQ_CODEC,
-    ChocoGossip,
-    ExactGossip,
-    Gossip,
-    JwinsGossip,
     MatchingTopology,
     RegularTopology,
-    SparqGossip,
     StarTopology,
     Topology,
 )

@@ -17,11 +17,19 @@ from thinwire.config._yaml import read_yaml
 def _dotted(loc: tuple[int | str, ...], raw: Any) -> str:
     # pydantic puts a tagged union's tag into the path (codec.select.topk.density) and
     # validator names for function-validated types; keep only keys present in the input.
+    # A registered family's field (thinwire.registry) adds no tag: codec.transform.wavelet
+    # is the field `wavelet` of kind wavelet, where the union would say wavelet.wavelet.
     parts: list[str] = []
     node = raw
     tagged: Any = None  # the mapping whose union tag was just skipped
-    for item in loc:
-        if isinstance(node, Mapping) and node.get("kind") == item and tagged is not node:
+    for i, item in enumerate(loc):
+        following = loc[i + 1] if i + 1 < len(loc) else None
+        if (
+            isinstance(node, Mapping)
+            and node.get("kind") == item
+            and tagged is not node
+            and (item not in node or following in node)
+        ):
             tagged = node  # the tag comes first, even where a field shares its name
             continue
         if isinstance(node, Mapping) and item in node:
@@ -49,13 +57,18 @@ def _message(error: Mapping[str, Any]) -> str:
         return "unknown key"
     if error["type"] == "missing":
         return "required field is missing"
-    if error["type"] == "union_tag_not_found":
+    if error["type"] in ("union_tag_not_found", "missing_kind"):
         return "missing 'kind'"
     if error["type"] == "union_tag_invalid":
         ctx = error.get("ctx", {})
         return f"unknown kind {ctx.get('tag')!r}; expected one of {ctx.get('expected_tags')}"
     msg = msg[0].lower() + msg[1:] if msg else msg
-    if error["type"] not in ("model_type", "union_tag_invalid", "union_tag_not_found"):
+    if error["type"] not in (
+        "model_type",
+        "union_tag_invalid",
+        "union_tag_not_found",
+        "unknown_kind",
+    ):
         value = error.get("input")
         if not isinstance(value, Mapping | list):
             msg += f", got {value!r}"

@@ -26,6 +26,7 @@ import yaml
 from pydantic import BaseModel
 
 from thinwire.config._experiment import Experiment
+from thinwire.registry import Registry
 
 __all__ = ["Overridden", "apply_overrides", "override", "parse_override", "set_field"]
 
@@ -167,7 +168,9 @@ def _members(annotation: Any) -> list[Any]:
     """The types an annotation admits (unions and Annotated unwrapped)."""
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
-        return _members(typing.get_args(annotation)[0])
+        inner, *metadata = typing.get_args(annotation)
+        registry = next((m for m in metadata if isinstance(m, Registry)), None)
+        return list(registry.sections()) if registry is not None else _members(inner)
     if origin in (typing.Union, types.UnionType):
         return [m for arg in typing.get_args(annotation) for m in _members(arg)]
     return [annotation]
@@ -192,17 +195,23 @@ def _field(schema: Any, part: str, node: Any) -> _Field:
         return _Field(args[0][0] if args and args[0] else _NULLABLE, None)
     models = [m for m in _members(schema) if isinstance(m, type) and issubclass(m, BaseModel)]
     kind = node.get("kind") if isinstance(node, dict) else None
-    model = next((m for m in models if _kind_of(m) == kind), models[0] if models else None)
+    model = next((m for m in models if kind in _kind_of(m)), models[0] if models else None)
     field = model.model_fields.get(part) if model is not None else None
     if field is None:
         return _Field(_NULLABLE, None)
     default = None if field.is_required() else field.get_default(call_default_factory=True)
-    return _Field(field.annotation, default)
+    annotation: Any = field.annotation
+    if any(isinstance(item, Registry) for item in field.metadata):
+        # pydantic keeps a field's Annotated metadata, the registry, on the FieldInfo.
+        annotation = typing.Annotated[(annotation, *field.metadata)]
+    return _Field(annotation, default)
 
 
 def _kind_of(model: type[BaseModel]) -> Any:
     field = model.model_fields.get("kind")
-    return field.default if field is not None else None
+    if field is not None and typing.get_origin(field.annotation) is typing.Literal:
+        return typing.get_args(field.annotation)  # the kinds it admits
+    return ()
 
 
 def _starting(default: Any) -> dict[str, Any] | list[Any]:

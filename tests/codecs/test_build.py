@@ -3,18 +3,17 @@
 import pytest
 import torch
 
-from thinwire.codecs import (
-    build,
-    chain,
-    kinds,
-    register_feedback,
-    register_quantizer,
-    register_selector,
-    register_transform,
-    top_k,
+from thinwire.codecs import build, chain, top_k
+from thinwire.config import (
+    QSGD,
+    CodecConfig,
+    HardThreshold,
+    ResidualFeedback,
+    TopK,
+    WaveletTransform,
+    parse_config,
 )
-from thinwire.codecs import registry as registry_module
-from thinwire.config import CodecConfig, parse_config
+from thinwire.registry import FEEDBACKS, QUANTIZERS, SELECTORS, TRANSFORMS
 
 
 def config(**sections) -> CodecConfig:
@@ -62,62 +61,72 @@ def test_seeds_reach_random_stages_and_differ_between_them():
     assert pa.support.seed != a.init(x).quantizer.seed  # selector and quantizer differ
 
 
-def test_unknown_kind_lists_the_valid_ones(monkeypatch):
+@pytest.fixture
+def restored():
+    """Every codec registry as it was before the test."""
+    saved = [(r, dict(r._entries)) for r in (TRANSFORMS, SELECTORS, QUANTIZERS, FEEDBACKS)]
+    yield
+    for registry, entries in saved:
+        registry._entries = entries
+
+
+def test_unknown_kind_lists_the_valid_ones(restored):
     cfg = config(select={"kind": "topk", "density": 0.1})
-    monkeypatch.delitem(registry_module._SELECTORS, "topk")
+    del SELECTORS._entries["topk"]
     with pytest.raises(
-        ValueError, match=r"unknown selector kind 'topk'; registered kinds: .*random_k"
+        ValueError, match=r"unknown selector kind 'topk'; expected one of .*random_k"
     ):
         build(cfg, seed=0)
 
 
 @pytest.mark.parametrize(
-    ("register", "role", "kind"),
+    ("registry", "kind", "section"),
     [
-        (register_transform, "transform", "wavelet"),
-        (register_selector, "selector", "topk"),
-        (register_quantizer, "quantizer", "qsgd"),
-        (register_feedback, "feedback", "residual"),
+        (TRANSFORMS, "wavelet", WaveletTransform),
+        (SELECTORS, "topk", TopK),
+        (QUANTIZERS, "qsgd", QSGD),
+        (FEEDBACKS, "residual", ResidualFeedback),
     ],
 )
-def test_re_registering_needs_force(monkeypatch, register, role, kind):
-    registry = registry_module._REGISTRIES[role]
-    monkeypatch.setitem(registry, kind, registry[kind])  # restored after the test
+def test_re_registering_needs_force(restored, registry, kind, section):
     with pytest.raises(ValueError, match="already registered; pass force=True"):
-        register(kind, lambda c, s: None)
-    register(kind, lambda c, s: None, force=True)
-    assert registry[kind](None, 0) is None
+        registry.register(kind, section=section, factory=lambda c, s: None)
+    registry.register(kind, section=section, factory=lambda c, s: None, force=True)
+    assert registry.factory(kind)(None, 0) is None
 
 
-def test_registering_a_new_kind_makes_it_buildable(monkeypatch):
-    monkeypatch.setitem(registry_module._SELECTORS, "topk", registry_module._SELECTORS["topk"])
-    register_selector("topk", lambda c, seed: top_k(c.density / 2), force=True)
+def test_a_replaced_factory_builds(restored):
+    SELECTORS.register(
+        "topk", section=TopK, factory=lambda c, seed: top_k(c.density / 2), force=True
+    )
     codec = build(config(select={"kind": "topk", "density": 0.2}), seed=0)
     assert codec.name == chain(top_k(0.1)).name
 
 
-def test_kind_names_must_be_strings():
+def test_kind_names_must_be_strings_the_section_admits():
     with pytest.raises(ValueError, match="non-empty string"):
-        register_selector("", lambda c, s: None)
+        SELECTORS.register("", section=TopK, factory=lambda c, s: None)
+    with pytest.raises(ValueError, match="does not admit 'top'"):
+        SELECTORS.register("top", section=HardThreshold, factory=lambda c, s: None)
 
 
-def test_every_config_kind_is_registered():
-    # The config schema's tagged unions and the registries must name the same kinds.
+def test_the_json_schema_lists_every_registered_kind():
     schema = CodecConfig.model_json_schema()
 
     def tags(field: str) -> set[str]:
-        variants = schema["properties"][field].get("oneOf") or schema["properties"][field].get(
-            "anyOf"
-        )
         names = set()
-        for variant in variants:
-            model = schema["$defs"][variant["$ref"].split("/")[-1]]
-            kind = model["properties"]["kind"]
+        for variant in schema["properties"][field]["oneOf"]:
+            kind = variant["properties"]["kind"]
             names.update(kind.get("enum") or [kind["const"]])
         return names
 
-    registered = kinds()
-    assert tags("transform") == set(registered["transform"])
-    assert tags("select") == set(registered["selector"])
-    assert tags("quantize") == set(registered["quantizer"])
-    assert tags("error_feedback") == set(registered["feedback"])
+    assert tags("transform") == set(TRANSFORMS.kinds())
+    assert tags("select") == set(SELECTORS.kinds())
+    assert tags("quantize") == set(QUANTIZERS.kinds())
+    assert tags("error_feedback") == set(FEEDBACKS.kinds())
+
+
+def test_every_declared_kind_has_a_factory():
+    for registry in (TRANSFORMS, SELECTORS, QUANTIZERS, FEEDBACKS):
+        for kind in registry.kinds():
+            assert callable(registry.factory(kind)), (registry.family, kind)
