@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AGGREGATION_RULES",
     "FEEDBACKS",
+    "POLICIES",
     "QUANTIZERS",
     "SELECTORS",
     "TRANSFORMS",
@@ -283,6 +284,9 @@ TRANSFORMS: Registry[Callable[[Any, int], Transform | None]] = Registry("transfo
 SELECTORS: Registry[Callable[[Any, int], Selector | None]] = Registry("selector")
 QUANTIZERS: Registry[Callable[[Any, int], Quantizer | None]] = Registry("quantizer")
 FEEDBACKS: Registry[Callable[[Any, Codec], Codec]] = Registry("feedback")  # wraps the chain
+
+# Send policies: `factory(section, PolicyContext) -> Policy` (thinwire.policies).
+POLICIES: Registry[Callable[[Any, Any], Any]] = Registry("policy")
 
 # The star server's aggregation rule: `factory(section) -> Rule` (thinwire.server.rules).
 AGGREGATION_RULES: Registry[Callable[[Any], Any]] = Registry("aggregation rule")

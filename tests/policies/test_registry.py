@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from thinwire.config import ConfigError, parse_config
-from thinwire.policies import PolicyContext, PolicyInput, build_policy, kinds, register_policy
+from thinwire.config import AlwaysSend, ConfigError, parse_config
+from thinwire.policies import PolicyContext, PolicyInput, build_policy
+from thinwire.registry import POLICIES
 
 CONTEXT = PolicyContext(seed=1, client=0, clients=10, slots=5)
 ONE = {"w": torch.zeros(1)}
@@ -16,7 +17,7 @@ def section(policy, **extra):
 
 
 def test_every_kind_builds_from_its_section():
-    assert set(kinds()) >= {"always", "censor", "random_access"}
+    assert set(POLICIES.kinds()) >= {"always", "censor", "random_access"}
     censor = build_policy(
         section({"kind": "censor", "threshold": {"kind": "geometric", "tau": 1.0}}), CONTEXT
     )
@@ -74,7 +75,7 @@ def test_unknown_kinds_and_silent_replacement_are_refused():
     with pytest.raises(ValueError, match="unknown policy kind 'nope'"):
         build_policy(Fake(), CONTEXT)
     with pytest.raises(ValueError, match="already registered"):
-        register_policy("always", lambda c, ctx: None)
+        POLICIES.register("always", section=AlwaysSend, factory=lambda c, ctx: None)
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from thinwire.config._aggregation import AggregationConfig, aggregation_problems
 from thinwire.config._base import Section
@@ -38,11 +39,21 @@ from thinwire.config._topology import (
     StarTopology,
     Topology,
 )
+from thinwire.plugins import PluginError, import_modules
+
+ModuleName = Annotated[str, Field(pattern=r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")]
+
+
+def _no_plugins(names: list[str]) -> bool:
+    return not names
 
 
 class Experiment(Section):
     """One experiment: everything `thinwire run` needs."""
 
+    plugins: Annotated[list[ModuleName], Field(exclude_if=_no_plugins)] = []
+    """Modules imported before the rest of the file is validated, so that the kinds they
+    register validate (see docs/extending.md); left out of a dump when empty."""
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)]
     """Names the run and its folder (`<output>/<name>-<timestamp>`)."""
     seed: Annotated[int, Field(ge=0, lt=2**63)] = 0
@@ -80,6 +91,25 @@ class Experiment(Section):
     def clients_per_round(self) -> int:
         """max(1, floor(participation * clients)): how many clients a star round samples."""
         return max(1, int(self.train.participation * self.data.clients))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _import_plugins(cls, data: Any) -> Any:
+        # Before any field: a plugin's kinds must be registered when its sections validate.
+        names = data.get("plugins") if isinstance(data, Mapping) else None
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            return data  # not a list of names: the field's own validation says so
+        try:
+            import_modules(names)
+        except PluginError as exc:
+            message = str(exc).replace("{", "(").replace("}", ")")
+            error = InitErrorDetails(
+                type=PydanticCustomError("plugin_import", message),
+                loc=("plugins", exc.index or 0),
+                input=exc.module,
+            )
+            raise ValidationError.from_exception_data(cls.__name__, [error]) from None
+        return data
 
     @model_validator(mode="before")
     @classmethod

@@ -68,6 +68,7 @@ def _message(error: Mapping[str, Any]) -> str:
         "union_tag_invalid",
         "union_tag_not_found",
         "unknown_kind",
+        "plugin_import",
     ):
         value = error.get("input")
         if not isinstance(value, Mapping | list):

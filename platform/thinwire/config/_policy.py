@@ -7,8 +7,10 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from thinwire.config._base import NonNegativeFloat, PositiveFloat, PositiveInt, Probability, Section
+from thinwire.registry import POLICIES, Kinded
 
 
+@POLICIES.declare
 class AlwaysSend(Section):
     """Every selected client sends every round."""
 
@@ -67,6 +69,7 @@ class LinearBatch(Section):
 BatchGrowth = Annotated[FixedBatch | GeometricBatch | LinearBatch, Field(discriminator="kind")]
 
 
+@POLICIES.declare
 class CensorPolicy(Section):
     """CSGD: upload only if ||g - g_last||^2 >= tau_k; the server reuses g_last otherwise."""
 
@@ -116,6 +119,7 @@ AccessRule = Annotated[
 ]
 
 
+@POLICIES.declare
 class RandomAccessPolicy(Section):
     """Uplink over a slotted random-access channel (`channel.slots` slots per round)."""
 
@@ -123,4 +127,5 @@ class RandomAccessPolicy(Section):
     rule: AccessRule = AgeOfGradientRule()
 
 
-Policy = Annotated[AlwaysSend | CensorPolicy | RandomAccessPolicy, Field(discriminator="kind")]
+Policy = Annotated[Kinded, POLICIES]
+"""Any registered send policy (`thinwire.policies` registers the factories)."""

@@ -38,7 +38,7 @@ from thinwire.policies.random_access import (
     round_robin_slot,
     staleness,
 )
-from thinwire.policies.registry import PolicyFactory, build_policy, kinds, register_policy
+from thinwire.policies.registry import PolicyFactory, build_policy
 
 __all__ = [
     "AccessState",
@@ -56,8 +56,6 @@ __all__ = [
     "build_policy",
     "censor",
     "fixed_batch",
-    "kinds",
-    "register_policy",
     "round_robin",
     "round_robin_slot",
     "staleness",

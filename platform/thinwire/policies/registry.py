@@ -1,9 +1,11 @@
-"""From config to policy: an explicit registry mapping each `policy.kind` to its factory.
+"""From config to policy: the factories of thinwire's send policies, and `build_policy`.
 
-`build_policy(config, context)` looks the section's `kind` up; `register_policy(kind,
-factory)` adds one (replacing needs `force=True`), and an unknown kind raises `ValueError`
-naming the registered ones (STYLE rule 12). A factory takes the config section and the
-client's `PolicyContext`.
+`build_policy(config, context)` looks the section's `kind` up in
+`thinwire.registry.POLICIES`; importing this module registers the factories of the policy
+sections `thinwire.config` declares, and a plugin adds one with `POLICIES.register(kind,
+section=..., factory=...)` (replacing needs `force=True`; an unknown kind raises
+`ValueError` naming the registered ones, STYLE rule 12). A factory takes the config section
+and the client's `PolicyContext`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, assert_never
 from thinwire.config import (
     AgeOfGradientRule,
     AlwaysAccessRule,
+    AlwaysSend,
     CensorPolicy,
     RandomAccessPolicy,
     RoundRobinAccessRule,
@@ -23,8 +26,9 @@ from thinwire.config import (
 from thinwire.policies.base import Policy, PolicyContext, always
 from thinwire.policies.censoring import batch_size_at, censor, threshold_at
 from thinwire.policies.random_access import age_of_gradient, aloha, round_robin
+from thinwire.registry import POLICIES
 
-__all__ = ["PolicyFactory", "build_policy", "kinds", "register_policy"]
+__all__ = ["PolicyFactory", "build_policy"]
 
 PolicyFactory = Callable[[Any, PolicyContext], Policy]
 
@@ -61,27 +65,9 @@ def _random_access(config: RandomAccessPolicy, context: PolicyContext) -> Policy
     assert_never(rule)
 
 
-_REGISTRY: dict[str, PolicyFactory] = {
-    "always": lambda config, context: always(),
-    "censor": _censor,
-    "random_access": _random_access,
-}
-
-
-def register_policy(kind: str, factory: PolicyFactory, *, force: bool = False) -> None:
-    """Makes `policy: {kind: <kind>}` build `factory(config_section, context)`.
-
-    Raises:
-        ValueError: if `kind` is taken and `force` is not set.
-    """
-    if kind in _REGISTRY and not force:
-        raise ValueError(f"policy kind {kind!r} is already registered; pass force=True to replace")
-    _REGISTRY[kind] = factory
-
-
-def kinds() -> tuple[str, ...]:
-    """The registered policy kinds, sorted."""
-    return tuple(sorted(_REGISTRY))
+POLICIES.register("always", section=AlwaysSend, factory=lambda config, context: always())
+POLICIES.register("censor", section=CensorPolicy, factory=_censor)
+POLICIES.register("random_access", section=RandomAccessPolicy, factory=_random_access)
 
 
 def build_policy(config: Any, context: PolicyContext) -> Policy:
@@ -94,10 +80,5 @@ def build_policy(config: Any, context: PolicyContext) -> Policy:
     Raises:
         ValueError: for an unregistered kind, or a section its factory rejects.
     """
-    try:
-        factory = _REGISTRY[config.kind]
-    except KeyError:
-        raise ValueError(
-            f"unknown policy kind {config.kind!r}; registered: {sorted(_REGISTRY)}"
-        ) from None
-    return factory(config, context)
+    policy: Policy = POLICIES.factory(config.kind)(config, context)
+    return policy
