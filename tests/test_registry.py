@@ -170,3 +170,23 @@ def test_builtin_sections_validate_without_their_builders():
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["False", "False"], out.stderr
     assert TopK in SELECTORS.sections()
+
+
+def test_a_registered_section_checks_the_experiment_it_is_in():
+    class ModelWideTopK(Section):
+        kind: Literal["model_topk"] = "model_topk"
+        density: Density
+
+        def check_experiment(self, experiment, where):
+            if experiment.codec.scope != "model":
+                raise ValueError(f"{where} 'model_topk' needs codec.scope: model")
+
+    saved = dict(SELECTORS._entries)
+    SELECTORS.register("model_topk", section=ModelWideTopK, factory=lambda c, seed: None)
+    try:
+        codec = {"select": {"kind": "model_topk", "density": 0.1}}
+        with pytest.raises(ValueError, match="codec.select 'model_topk' needs codec.scope: model"):
+            parse_config({"name": "t", "codec": codec})
+        assert parse_config({"name": "t", "codec": {**codec, "scope": "model"}}).codec.scope
+    finally:
+        SELECTORS._entries = saved

@@ -50,6 +50,7 @@ from thinwire import plugins
 
 if TYPE_CHECKING:
     from thinwire.codecs.base import Codec, Quantizer, Selector, Transform
+    from thinwire.policies.base import Policy, PolicyContext
 
 __all__ = [
     "AGGREGATION_RULES",
@@ -334,9 +335,9 @@ SELECTORS: Registry[Callable[[Any, int], Selector | None]] = Registry("selector"
 QUANTIZERS: Registry[Callable[[Any, int], Quantizer | None]] = Registry("quantizer")
 FEEDBACKS: Registry[Callable[[Any, Codec], Codec]] = Registry("feedback")  # wraps the chain
 
-# Send policies: `factory(section, PolicyContext) -> Policy` (thinwire.policies), and the
-# name of the kind's server half (thinwire.server.halves).
-POLICIES: PolicyRegistry[Callable[[Any, Any], Any]] = PolicyRegistry("policy")
+# Send policies (built by thinwire.policies.build_policy, once per client), each with the
+# name of its server half (run by the star's server, thinwire.server.halves):
+POLICIES: PolicyRegistry[Callable[[Any, PolicyContext], Policy]] = PolicyRegistry("policy")
 
 # The star server's aggregation rule: `factory(section) -> Rule` (thinwire.server.rules).
 AGGREGATION_RULES: Registry[Callable[[Any], Any]] = Registry("aggregation rule")

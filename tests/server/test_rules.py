@@ -181,3 +181,26 @@ def test_every_declared_rule_has_a_factory() -> None:
     assert set(AGGREGATION_RULES.kinds()) == {"mean", "trimmed_mean", "median", "sign_vote"}
     for kind in AGGREGATION_RULES.kinds():
         assert callable(AGGREGATION_RULES.factory(kind)), kind
+
+
+def test_a_registered_rule_validates_and_builds() -> None:
+    from typing import Literal
+
+    from thinwire.config import Section, parse_config
+    from thinwire.registry import AGGREGATION_RULES
+
+    class FirstRule(Section):
+        kind: Literal["first"] = "first"
+
+    saved = dict(AGGREGATION_RULES._entries)
+    AGGREGATION_RULES.register(
+        "first",
+        section=FirstRule,
+        factory=lambda section: lambda contributions: contributions[0][0],
+    )
+    try:
+        experiment = parse_config({"name": "t", "aggregation": {"rule": {"kind": "first"}}})
+        values = [({"w": torch.tensor([3.0])}, 1.0), ({"w": torch.tensor([5.0])}, 1.0)]
+        assert float(build_rule(experiment.aggregation)(values)["w"]) == 3.0
+    finally:
+        AGGREGATION_RULES._entries = saved

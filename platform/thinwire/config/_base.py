@@ -118,3 +118,19 @@ class Section(BaseModel):
         if wrong:
             raise ValidationError.from_exception_data(cls.__name__, wrong)
         return data
+
+    def check_experiment(self, experiment: Any, where: str) -> None:
+        """Refuses an experiment this section's method cannot run in; by default, none.
+
+        A method whose rule spans sections states it here, on its own section, so that the
+        rule lives next to its fields and a plugin's section can have one too. The
+        experiment calls it once it is otherwise valid, for every section it holds.
+
+        Args:
+            experiment: the validated `Experiment`.
+            where: the section's dotted path in it (`codec.select`).
+
+        Raises:
+            ValueError: saying what to change.
+        """
+        del experiment, where

@@ -8,12 +8,15 @@ registers their factories, and a plugin may register more.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
 from thinwire.config._base import Density, PositiveFloat, Probability, Section, WaveletName
 from thinwire.registry import FEEDBACKS, QUANTIZERS, SELECTORS, TRANSFORMS, Kinded
+
+if TYPE_CHECKING:
+    from thinwire.config._experiment import Experiment
 
 
 @TRANSFORMS.declare
@@ -183,6 +186,22 @@ class SharedMask(Section):
     """
 
     kind: Literal["shared_mask"] = "shared_mask"
+
+    def check_experiment(self, experiment: Experiment, where: str) -> None:
+        """The mask comes from DP random sparsification and covers the flattened model."""
+        if where != "codec.select":
+            return  # a downlink installs no mask: it sends every coordinate, as documented
+        privacy = experiment.privacy
+        if privacy is None or privacy.sparsity is None:
+            raise ValueError(
+                "codec.select 'shared_mask' sends the DP sparsification mask's coordinates: "
+                "set privacy.sparsity"
+            )
+        if experiment.codec.scope != "model":
+            raise ValueError(
+                "codec.select 'shared_mask' needs codec.scope: model "
+                "(the mask covers the flattened model)"
+            )
 
 
 Select = Annotated[Kinded, SELECTORS]

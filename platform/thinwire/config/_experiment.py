@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,7 +12,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from thinwire.config._aggregation import AggregationConfig, aggregation_problems
 from thinwire.config._base import Section
-from thinwire.config._codec import CodecConfig, SharedMask
+from thinwire.config._codec import CodecConfig
 from thinwire.config._gossip import (
     SPARQ_CODEC,
     ChocoGossip,
@@ -24,8 +24,6 @@ from thinwire.config._gossip import (
 from thinwire.config._learning import MLP, DataConfig, ModelConfig, TrainConfig
 from thinwire.config._policy import (
     AlwaysSend,
-    CensorPolicy,
-    FixedBatch,
     Policy,
     RandomAccessPolicy,
 )
@@ -39,7 +37,7 @@ from thinwire.config._topology import (
     StarTopology,
     Topology,
 )
-from thinwire.plugins import PluginError, import_modules
+from thinwire.plugins import PluginError, import_modules, load_entry_points
 
 ModuleName = Annotated[str, Field(pattern=r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")]
 
@@ -96,6 +94,7 @@ class Experiment(Section):
     @classmethod
     def _import_plugins(cls, data: Any) -> Any:
         # Before any field: a plugin's kinds must be registered when its sections validate.
+        load_entry_points()
         names = data.get("plugins") if isinstance(data, Mapping) else None
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             return data  # not a list of names: the field's own validation says so
@@ -168,9 +167,8 @@ class Experiment(Section):
 
     @model_validator(mode="after")
     def _policy_fits(self) -> Experiment:
+        # random_access's own need of slots is its section's check (check_experiment).
         random_access = isinstance(self.policy, RandomAccessPolicy)
-        if random_access and self.channel.slots is None:
-            raise ValueError("policy random_access needs channel.slots (slots per round)")
         if self.channel.slots is not None and not random_access:
             raise ValueError("channel.slots applies only to policy kind 'random_access'")
         return self
@@ -211,27 +209,27 @@ class Experiment(Section):
                 f"privacy trains the star's clients (topology: star), "
                 f"not the peers of topology {self.topology.kind!r}"
             )
-        if (
-            privacy is not None
-            and isinstance(self.policy, CensorPolicy)
-            and not isinstance(self.policy.batch, FixedBatch)
-        ):
-            raise ValueError(
-                "privacy calibrates its noise for a fixed batch size; "
-                "use policy.batch kind 'fixed' with privacy"
-            )
-        if isinstance(self.codec.select, SharedMask):
-            if privacy is None or privacy.sparsity is None:
-                raise ValueError(
-                    "codec.select 'shared_mask' sends the DP sparsification mask's coordinates: "
-                    "set privacy.sparsity"
-                )
-            if self.codec.scope != "model":
-                raise ValueError(
-                    "codec.select 'shared_mask' needs codec.scope: model "
-                    "(the mask covers the flattened model)"
-                )
         return self
+
+    @model_validator(mode="after")
+    def _methods_fit(self) -> Experiment:
+        # Last: each method's own cross-section rule (Section.check_experiment).
+        for where, section in _sections(self, ""):
+            section.check_experiment(self, where)
+        return self
+
+
+def _sections(section: Section, path: str) -> Iterator[tuple[str, Section]]:
+    """Every section under `section` (not itself), depth first, with its dotted path."""
+    for name in type(section).model_fields:
+        value = getattr(section, name)
+        where = f"{path}.{name}" if path else name
+        items = enumerate(value) if isinstance(value, list | tuple) else [(None, value)]
+        for index, item in items:
+            if isinstance(item, Section):
+                at = where if index is None else f"{where}[{index}]"
+                yield at, item
+                yield from _sections(item, at)
 
 
 def _time_varying(topology: Topology) -> bool:

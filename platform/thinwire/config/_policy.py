@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field
 
 from thinwire.config._base import NonNegativeFloat, PositiveFloat, PositiveInt, Probability, Section
 from thinwire.registry import POLICIES, Kinded
+
+if TYPE_CHECKING:
+    from thinwire.config._experiment import Experiment
 
 
 @POLICIES.declare
@@ -78,6 +81,15 @@ class CensorPolicy(Section):
     batch: BatchGrowth = FixedBatch()
     """Local batch-size schedule over rounds (`train.batch_size` is B_1)."""
 
+    def check_experiment(self, experiment: Experiment, where: str) -> None:
+        """DP-SGD's noise is calibrated for one batch size: privacy needs a fixed batch."""
+        del where
+        if experiment.privacy is not None and not isinstance(self.batch, FixedBatch):
+            raise ValueError(
+                "privacy calibrates its noise for a fixed batch size; "
+                "use policy.batch kind 'fixed' with privacy"
+            )
+
 
 class AgeOfGradientRule(Section):
     """Transmit with p_on when the client's unsent memory is stale enough, else with p_off.
@@ -125,6 +137,12 @@ class RandomAccessPolicy(Section):
 
     kind: Literal["random_access"] = "random_access"
     rule: AccessRule = AgeOfGradientRule()
+
+    def check_experiment(self, experiment: Experiment, where: str) -> None:
+        """The clients contend for slots: the channel must have them."""
+        del where
+        if experiment.channel.slots is None:
+            raise ValueError("policy random_access needs channel.slots (slots per round)")
 
 
 Policy = Annotated[Kinded, POLICIES]
