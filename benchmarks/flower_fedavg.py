@@ -19,9 +19,9 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
-from thinwire.codecs.support import derive_seed
 from thinwire.config import Experiment, parse_config
 from thinwire.learning import Federation, evaluate, load_federation, train_local
+from thinwire.seeding import train_seed
 
 
 def experiment(clients: int, rounds: int) -> Experiment:
@@ -71,7 +71,7 @@ def train(message: Message, context: Context) -> Message:
         batch_size=min(32, len(y)),
         lr=0.05,
         optimizer=config.train.optimizer,
-        generator=torch.Generator().manual_seed(derive_seed(0, 2, index, round)),
+        generator=torch.Generator().manual_seed(train_seed(0, index, round)),
     )
     content = RecordDict(
         {

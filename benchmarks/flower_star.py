@@ -113,7 +113,7 @@ import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from thinwire.codecs.support import derive_seed
+from thinwire.seeding import train_seed
 from thinwire.learning import learning_rate, load_federation, local_steps_for, train_local
 from thinwire.runtimes.flower.messages import node_identity, read_run_config
 
@@ -137,7 +137,7 @@ def train(message: Message, context: Context) -> Message:
         batch_size=experiment.train.batch_size,
         lr=learning_rate(experiment.train, round),
         optimizer=experiment.train.optimizer,
-        generator=torch.Generator().manual_seed(derive_seed(experiment.seed, 2, partition, round)),
+        generator=torch.Generator().manual_seed(train_seed(experiment.seed, partition, round)),
     )
     content = RecordDict(
         {

@@ -12,10 +12,11 @@ Round, from the client's side:
 2. Apply the downlink: a full model replaces the client's copy; a compressed model delta is
    added to it (the server's public copy, kept identical on both ends).
 3. Train `local_steps` from that copy, with the batch size the policy sets for the round
-   (CSGD grows it); the update is local model minus copy, plus carry. With a `privacy`
-   section the training is DP-SGD (`thinwire.learning.train_private`): the round's shared
-   random-sparsification mask confines it to the kept coordinates, the steps are recorded
-   in the client's privacy ledger, and epsilon is reported with the result.
+   (CSGD grows it); the update is local model minus copy, plus carry. The client trains
+   with the run's `Trainer`; with a `privacy` section that is local SGD wrapped by
+   `thinwire.learning.private` (DP-SGD: the round's shared random-sparsification mask
+   confines it to the kept coordinates, the trainer's state is the privacy ledger, and
+   epsilon is reported with the result).
 4. The send policy decides: transmit (encode with the uplink codec, error feedback inside
    the codec, in the random-access slot the policy picked) or stay silent (keep the update
    as carry, or drop it).
@@ -33,37 +34,32 @@ from typing import Any, NamedTuple
 import torch
 
 from thinwire.channel import SLOT_METRIC
-from thinwire.codecs import install_mask
+from thinwire.codecs import EncodeArgs
 from thinwire.codecs.model import ModelCodec
 from thinwire.codecs.receive import check_bounded, open_payloads
-from thinwire.codecs.support import derive_seed
-from thinwire.config import Experiment, PrivacyConfig, SharedMask
+from thinwire.config import Experiment
 from thinwire.learning import (
+    PrivacyPlan,
+    TrainCall,
     TrainStats,
     Workspace,
     learning_rate,
-    local_steps_for,
-    train_local,
-    train_private,
+    local_sgd,
+    private,
 )
 from thinwire.policies import Decision, PolicyContext, PolicyInput, build_policy
-from thinwire.privacy import (
-    EPSILON_METRIC,
-    PrivacyLedger,
-    drop_rate,
-    epsilon,
-    mask_tensors,
-    noise_multiplier_for,
-    open_ledger,
-    record,
-    round_mask,
+from thinwire.privacy import EPSILON_METRIC, PrivacyLedger, drop_rate, round_mask
+from thinwire.seeding import (
+    downlink_codec_seed,
+    dp_noise_seed,
+    policy_seed,
+    train_seed,
+    uplink_codec_seed,
 )
 from thinwire.wire import Kind, Update, WireError, client_id, decode, encode
 from thinwire.wire.payload import SeededSupport
 
-__all__ = ["Client", "ClientResult", "ClientState", "PrivacyPlan"]
-
-_CODEC_SEED, _TRAIN_SEED, _POLICY_SEED, _NOISE_SEED = 1, 2, 3, 5
+__all__ = ["Client", "ClientResult", "ClientState"]
 
 
 class ClientState(NamedTuple):
@@ -74,7 +70,7 @@ class ClientState(NamedTuple):
     view: dict[str, torch.Tensor]  # the server's public model copy (compressed downlink only)
     carry: dict[str, torch.Tensor]  # undelivered update mass for the next round; {} if none
     pending: torch.Tensor  # (bytes,) uint8: last sent update until its outcome is known
-    privacy: PrivacyLedger | None = None  # the DP-SGD steps run so far; None without privacy
+    privacy: PrivacyLedger | None = None  # the trainer's state: DP-SGD's ledger; None if plain
 
 
 class ClientResult(NamedTuple):
@@ -86,48 +82,6 @@ class ClientResult(NamedTuple):
     num_examples: int
     compute_s: float  # local training + encoding time
     epsilon: float | None = None  # privacy spent after this round; None without privacy
-
-
-class PrivacyPlan(NamedTuple):
-    """A client's DP-SGD parameters, fixed for the run."""
-
-    noise_multiplier: float  # sigma: calibrated from privacy.target_epsilon, or as configured
-    sample_rate: float  # q = B / N
-    batch_size: int  # B = min(train.batch_size, N)
-    delta: float
-    max_grad_norm: float
-
-    @classmethod
-    def for_client(cls, experiment: Experiment, privacy: PrivacyConfig, n: int) -> PrivacyPlan:
-        """The plan of a client holding `n` examples; validates delta against n.
-
-        With a target epsilon, sigma is calibrated so that a client taking part in all
-        `train.rounds` rounds spends exactly the target; a client that takes part in fewer
-        rounds (partial participation) spends less.
-
-        Raises:
-            ValueError: delta >= 1/n, or a target no noise level can meet.
-        """
-        if not privacy.delta < 1.0 / n:
-            raise ValueError(
-                f"privacy.delta = {privacy.delta:g} must be below 1/N = 1/{n} for a client "
-                f"holding N = {n} training examples (delta is the chance of a total leak); "
-                f"use a delta below {1.0 / n:.3g}"
-            )
-        batch = min(experiment.train.batch_size, n)
-        sample_rate = batch / n
-        sigma = privacy.noise_multiplier
-        if sigma is None:
-            if privacy.target_epsilon is None:
-                raise ValueError("privacy needs noise_multiplier or target_epsilon")
-            steps = experiment.train.rounds * local_steps_for(experiment.train, n)
-            sigma = noise_multiplier_for(
-                target_epsilon=privacy.target_epsilon,
-                delta=privacy.delta,
-                sample_rate=sample_rate,
-                steps=steps,
-            )
-        return cls(sigma, sample_rate, batch, privacy.delta, privacy.max_grad_norm)
 
 
 class Client:
@@ -152,10 +106,10 @@ class Client:
         self.workspace = workspace
         seed = experiment.seed
         self.uplink = ModelCodec(
-            experiment.codec, workspace.spec, seed=derive_seed(seed, _CODEC_SEED, index)
+            experiment.codec, workspace.spec, seed=uplink_codec_seed(seed, index)
         )
         self.downlink = (
-            ModelCodec(experiment.downlink, workspace.spec, seed=derive_seed(seed, 0))
+            ModelCodec(experiment.downlink, workspace.spec, seed=downlink_codec_seed(seed))
             if experiment.downlink is not None
             else None
         )
@@ -163,18 +117,21 @@ class Client:
         self.policy = build_policy(
             experiment.policy,
             PolicyContext(
-                seed=derive_seed(seed, _POLICY_SEED, index),
+                seed=policy_seed(seed, index),
                 client=index,
                 clients=experiment.data.clients,
                 slots=experiment.channel.slots,
             ),
         )
-        self.privacy = (
-            PrivacyPlan.for_client(experiment, experiment.privacy, int(x.shape[0]))
-            if experiment.privacy is not None
-            else None
-        )
-        if self.privacy is not None:
+        self.trainer = local_sgd(experiment.train)
+        if experiment.privacy is not None:
+            plan = PrivacyPlan.for_client(experiment, experiment.privacy, int(x.shape[0]))
+            self.trainer = private(
+                self.trainer,
+                plan=plan,
+                noise_seed=lambda round: dp_noise_seed(seed, index, round),
+                mask=self._mask,
+            )
             warnings.warn(
                 "DP noise is drawn from seeds derived from the experiment seed: runs replay "
                 "exactly, but anyone who knows the seed can regenerate and remove the noise. "
@@ -192,11 +149,7 @@ class Client:
             view=zeros if self.downlink is not None else {},
             carry={},
             pending=torch.empty(0, dtype=torch.uint8),
-            privacy=(
-                open_ledger(self.privacy.noise_multiplier, self.privacy.sample_rate)
-                if self.privacy is not None
-                else None
-            ),
+            privacy=self.trainer.init(),
         )
 
     def _apply_downlink(self, data: bytes, round: int) -> dict[str, torch.Tensor]:
@@ -237,62 +190,25 @@ class Client:
         return round_mask(self.experiment.seed, round, n, rate)
 
     def _train(
-        self, view: dict[str, torch.Tensor], round: int, ledger: PrivacyLedger | None
-    ) -> tuple[TrainStats, PrivacyLedger | None]:
-        """Local training from `view`: plain, or DP-SGD recorded in `ledger`."""
+        self, view: dict[str, torch.Tensor], round: int, state: Any
+    ) -> tuple[TrainStats, Any]:
+        """Local training from `view` with the run's trainer (plain, or wrapped for DP)."""
         train = self.experiment.train
-        n = int(self.x.shape[0])
         generator = torch.Generator(device="cpu").manual_seed(
-            derive_seed(self.experiment.seed, _TRAIN_SEED, self.index, round)
+            train_seed(self.experiment.seed, self.index, round)
         )
-        lr = learning_rate(train, round)
         self.workspace.load(view)
-        if self.privacy is None or ledger is None:
-            batch = min(self.policy.batch_size(round, train.batch_size), n)
-            schedule = train.model_copy(update={"batch_size": batch})
-            stats = train_local(
-                self.workspace.model,
-                self.x,
-                self.y,
-                steps=local_steps_for(schedule, n),
-                batch_size=batch,
-                lr=lr,
-                optimizer=train.optimizer,
-                generator=generator,
-            )
-            return stats, ledger
-        plan = self.privacy
-        taken = 0
-
-        def count_step() -> None:
-            nonlocal taken
-            taken += 1
-
-        noise = torch.Generator(device=self.workspace.device).manual_seed(
-            derive_seed(self.experiment.seed, _NOISE_SEED, self.index, round)
-        )
-        stats = train_private(
+        call = TrainCall(
             self.workspace.model,
+            view,
             self.x,
             self.y,
-            steps=local_steps_for(train, n),
-            batch_size=plan.batch_size,
-            lr=lr,
-            optimizer=train.optimizer,
-            generator=generator,
-            noise_multiplier=plan.noise_multiplier,
-            max_grad_norm=plan.max_grad_norm,
-            noise_generator=noise,
-            mask=mask_tensors(self._mask(round), view),
-            on_step=count_step,
+            round,
+            self.policy.batch_size(round, train.batch_size),
+            learning_rate(train, round),
+            generator,
         )
-        ledger = record(
-            ledger,
-            noise_multiplier=plan.noise_multiplier,
-            sample_rate=plan.sample_rate,
-            steps=taken,
-        )
-        return stats, ledger
+        return self.trainer.train(call, state)
 
     def train_round(self, downlink: bytes, round: int, *, delivered: bool | None) -> ClientResult:
         """Runs one round (see the module docstring) and advances `self.state`.
@@ -322,11 +238,7 @@ class Client:
         kept_view = view if self.downlink is not None else {}
 
         stats, ledger = self._train(view, round, state.privacy)
-        spent = (
-            epsilon(ledger.history, self.privacy.delta)
-            if ledger is not None and self.privacy is not None
-            else None
-        )
+        spent = self.trainer.spent(ledger)
         local = self.workspace.tensors()
         fresh = {k: local[k] - view[k] for k in view}
         update = {k: fresh[k] + carry[k] if k in carry else fresh[k] for k in fresh}
@@ -345,10 +257,10 @@ class Client:
             )
             return ClientResult(None, decision, stats.loss, stats.examples, _since(start), spent)
 
-        codec_state = state.codec
-        if isinstance(self.experiment.codec.select, SharedMask):
-            codec_state = install_mask(codec_state, self._mask(round))
-        payloads, codec_state = self.uplink.encode(update, codec_state)
+        # The round's DP mask goes to a shared_mask selector; other selectors ignore it.
+        payloads, codec_state = self.uplink.encode(
+            update, state.codec, EncodeArgs(mask=self._mask(round))
+        )
         metrics = {"num_examples": float(self.x.shape[0]), "train_loss": stats.loss}
         if decision.slot is not None:
             metrics[SLOT_METRIC] = float(decision.slot)

@@ -11,18 +11,20 @@ C(x - x_pub) and both ends add its decoded value to x_pub (what C dropped stays 
 x - x_pub, so nothing is lost: this is error feedback on the downlink). A client that missed
 a round no longer holds x_pub and gets the full public copy instead, counted in bytes.
 
-Silent clients (CSGD censoring): the runtime reports a selected client that replied without
-an update with `silent(client)`. When the policy asks for it (`Policy.reuses_silent`), the
-server keeps each client's last decoded update and its example count, and averages a silent
-client's last update in place of the one it did not send; a client that has never delivered
-one is left out. Memory: one model-sized float32 copy per client that has delivered.
+The policy's server half (`thinwire.server.halves`, named by the policy kind): the
+aggregator runs its pieces at fixed points of the round and branches on no policy.
+- Silent clients (CSGD censoring): the runtime reports a selected client that replied
+  without an update with `silent(client)`; the `stale_reuse` half averages a silent client's
+  last delivered update in place of the one it did not send (the server keeps each client's
+  last decoded update and its example count in `AggregatorState.stale`).
+- Random-access uplink (`channel.slots`): the `slotted` half checks that every update names
+  a slot in range (metric `slot`), arbitrates the frame like the channel would (a slot with
+  two or more updates loses all of them; lost updates are reported as not delivered, which
+  reaches their senders next round) and sums the delivered updates over the number of
+  selected clients instead of averaging them.
 
-Random-access uplink (`channel.slots`): every update names the slot it was sent in
-(metric `slot`); `finish_round` arbitrates the frame like the channel would
-(`thinwire.channel.arbitrate`): a slot with one update delivers it, a slot with two or more
-loses all of them. Lost updates are reported as not delivered, which reaches their senders
-next round (they carry the content forward). The delivered updates are summed and divided
-by the number of selected clients, not averaged over the deliveries (see `finish_round`).
+The server step is `thinwire.server.steps`' piece for `train.server`: SGD at the server's
+learning rate, wrapped by momentum when it is set.
 
 Untrusted updates (DESIGN principle 3): `receive` decodes the bytes against the uplink's
 spec and checks sender, round, the claimed example count (at most the client's true count
@@ -44,15 +46,16 @@ from typing import Any, NamedTuple
 
 import torch
 
-from thinwire.channel import SLOT_METRIC, SlotStats, arbitrate
+from thinwire.channel import SlotStats
 from thinwire.codecs.forms import check_forms
 from thinwire.codecs.model import ModelCodec
 from thinwire.codecs.receive import norm_bound, open_payloads
-from thinwire.codecs.support import derive_seed
 from thinwire.config import Experiment
 from thinwire.learning import Evaluation, Workspace, evaluate
-from thinwire.policies import PolicyContext, build_policy
-from thinwire.server.rules import Contribution, build_rule, clip_update, weighted_sum
+from thinwire.seeding import downlink_codec_seed
+from thinwire.server.halves import Frame, Memory, build_server_half
+from thinwire.server.rules import Contribution, build_rule
+from thinwire.server.steps import build_step
 from thinwire.wire import Kind, Update, WireError, client_id, decode, encode
 
 __all__ = ["Aggregator", "AggregatorState", "Receipt", "RoundResult"]
@@ -124,11 +127,16 @@ class Aggregator:
         self.experiment = experiment
         self.examples = dict(examples) if examples is not None else None
         self.rule = build_rule(experiment.aggregation)
+        self.half = build_server_half(experiment)
+        """The policy's server half: slot checks and arbitration, stale reuse, the shares."""
+        self.step = build_step(experiment.train.server)
         self.workspace = workspace
         self.uplink = ModelCodec(experiment.codec, workspace.spec, seed=0)
         self.dense = ModelCodec.dense(workspace.spec)
         self.downlink = (
-            ModelCodec(experiment.downlink, workspace.spec, seed=derive_seed(experiment.seed, 0))
+            ModelCodec(
+                experiment.downlink, workspace.spec, seed=downlink_codec_seed(experiment.seed)
+            )
             if experiment.downlink is not None
             else None
         )
@@ -143,12 +151,6 @@ class Aggregator:
             stale={},
             stale_examples={},
         )
-        self.slots = experiment.channel.slots
-        self.reuses_silent = build_policy(
-            experiment.policy,
-            PolicyContext(seed=0, client=0, clients=experiment.data.clients, slots=self.slots),
-        ).reuses_silent
-        """Whether silent clients' last updates are averaged (the policy's choice)."""
         self._round = 0
         self._recipients: set[int] = set()
         self._updates: dict[int, Update] = {}
@@ -212,8 +214,8 @@ class Aggregator:
     def silent(self, client: int) -> Receipt:
         """Notes that `client` was selected but replied without an update; never raises.
 
-        The client censored itself, or kept its update back for lack of a slot. With
-        `reuses_silent`, its last delivered update stands in for it when the round finishes.
+        The client censored itself, or kept its update back for lack of a slot. The policy's
+        server half decides what stands in for it (CSGD: its last delivered update).
         """
         try:
             self._check_reply(client)
@@ -231,14 +233,6 @@ class Aggregator:
         if client in self._silent:
             raise WireError(f"{client_id(client)} already replied without an update this round")
 
-    def _check_slot(self, update: Update) -> None:
-        slots = self.slots
-        if slots is None:
-            return
-        slot = update.metrics.get(SLOT_METRIC, math.nan)
-        if not (math.isfinite(slot) and slot == int(slot) and 0 <= slot < slots):
-            raise WireError(f"metric slot must be an integer in [0, {slots}), got {slot}")
-
     def _accumulate(self, client: int, data: bytes) -> None:
         self._check_reply(client)
         update = decode(data, self.uplink.wire_spec, kind=Kind.MODEL_DELTA)
@@ -250,7 +244,7 @@ class Aggregator:
         cap = self._examples_cap(client)
         if not 1 <= examples <= cap:
             raise WireError(f"metric num_examples must be in [1, {cap}], got {examples}")
-        self._check_slot(update)
+        self.half.check(update)
         check_forms(update.tensors, self.uplink.forms)
         self._updates[client] = update
 
@@ -258,19 +252,6 @@ class Aggregator:
         if self.examples is not None and client in self.examples:
             return self.examples[client]
         return self.experiment.aggregation.max_examples
-
-    def _arbitrate(self) -> tuple[dict[int, Update], list[int], SlotStats | None]:
-        """Updates through the random-access frame, collided senders, frame statistics.
-
-        Without slots: every update, no collision, None.
-        """
-        if self.slots is None:
-            return dict(self._updates), [], None
-        choices = {c: int(u.metrics[SLOT_METRIC]) for c, u in self._updates.items()}
-        outcome = arbitrate(choices, self.slots)
-        through = {c: u for c, u in self._updates.items() if outcome.delivered[c]}
-        collided = sorted(c for c, ok in outcome.delivered.items() if not ok)
-        return through, collided, outcome.stats
 
     def _decode(self, updates: Mapping[int, Update]) -> dict[int, Contribution]:
         """Each update decoded and bounded; a refused one is moved to `_rejected`."""
@@ -296,33 +277,22 @@ class Aggregator:
         self._rejected[client] = reason
         logger.warning("round %d: rejected update from %s: %s", self._round, client, reason)
 
-    def _reuse(
+    def _contribute(
         self, delivered: dict[int, Contribution]
     ) -> tuple[dict[int, Contribution], AggregatorState]:
-        """Adds silent clients' last updates to `delivered` and stores the new ones."""
+        """The server half's contributions (delivered, plus any stand-ins) and memory."""
         state = self.state
-        if not self.reuses_silent:
-            return delivered, state
-        stale = state.stale | {str(c): d for c, (d, _) in delivered.items()}
-        examples = state.stale_examples | {str(c): e for c, (_, e) in delivered.items()}
-        reused = {c: (stale[str(c)], examples[str(c)]) for c in self._silent if str(c) in stale}
-        return delivered | reused, state._replace(stale=stale, stale_examples=examples)
+        contributions, memory = self.half.contribute(
+            delivered, self._silent, Memory(state.stale, state.stale_examples)
+        )
+        return contributions, state._replace(stale=memory.updates, stale_examples=memory.examples)
 
     def _average(self, contributions: Mapping[int, Contribution]) -> dict[str, torch.Tensor]:
-        """The rule's aggregate of the contributions ({} when there are none)."""
+        """The round's rule's aggregate of the contributions ({} when there are none)."""
         if not contributions:
             return {}
         ordered = [contributions[c] for c in sorted(contributions)]
-        if self.slots is None:
-            return self.rule(ordered)
-        # Random access: sum what got through over all selected clients (AoG's
-        # x <- x + G / N). A lost or withheld update counts as zero now and arrives
-        # later as carried mass, so over time each client enters with weight 1/N; the
-        # example counts of clients not heard from are unknown, so weights are equal.
-        clip = self.experiment.aggregation.clip_norm
-        equal = [(clip_update(d, clip) if clip else d, 1.0) for d, _ in ordered]
-        weight = float(len(self._recipients))
-        return {k: (v / weight).float() for k, v in weighted_sum(equal).items()}
+        return self.half.combine(self.rule, len(self._recipients))(ordered)
 
     def finish_round(self) -> RoundResult:
         """Arbitrates slots, averages the delivered (and reused) updates, applies the step.
@@ -330,22 +300,17 @@ class Aggregator:
         Each update is decoded and bounded first (a refused one is dropped and counted);
         the aggregate is the `aggregation` rule's (by default the mean weighted by each
         update's `num_examples`), taken in client order (not arrival order) so every
-        runtime gets the same bits. On a random-access uplink the delivered updates are
-        summed with equal weights and divided by the number of selected clients instead.
+        runtime gets the same bits. The policy's server half may change the rule (on a
+        random-access uplink the delivered updates are summed with equal weights and divided
+        by the number of selected clients instead).
         """
-        through, collided, frame = self._arbitrate()
-        contributions, state = self._reuse(self._decode(through))
+        frame: Frame = self.half.admit(self._updates)
+        through, collided = frame.through, frame.collided
+        contributions, state = self._contribute(self._decode(through))
         average = self._average(contributions)
         model, momentum = state.model, state.momentum
         if average:
-            server = self.experiment.train.server
-            if server.momentum > 0:
-                momentum = {
-                    k: server.momentum * momentum[k] + average[k] if k in momentum else average[k]
-                    for k in average
-                }
-                average = momentum
-            model = {k: model[k] + server.lr * average[k] for k in model}
+            model, momentum = self.step(model, average, momentum)
             if not all(bool(torch.isfinite(v).all()) for v in model.values()):
                 logger.error(
                     "round %d: the aggregate would make the model non-finite; the model and "
@@ -362,7 +327,7 @@ class Aggregator:
             silent=tuple(self._silent),
             reused=tuple(sorted(c for c in contributions if c not in through)),
             collided=tuple(collided),
-            slots=frame,
+            slots=frame.stats,
         )
         self._updates = {}
         return result

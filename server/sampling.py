@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from thinwire.codecs.support import derive_seed
 from thinwire.config import Experiment
+from thinwire.seeding import sampling_seed
 
 __all__ = ["sample_clients"]
-
-_SAMPLING_SEED = 4
 
 
 def sample_clients(experiment: Experiment, round: int) -> list[int]:
@@ -22,5 +20,5 @@ def sample_clients(experiment: Experiment, round: int) -> list[int]:
     count = experiment.clients_per_round
     if count >= clients:
         return list(range(clients))
-    generator = torch.Generator().manual_seed(derive_seed(experiment.seed, _SAMPLING_SEED, round))
+    generator = torch.Generator().manual_seed(sampling_seed(experiment.seed, round))
     return sorted(torch.randperm(clients, generator=generator)[:count].tolist())

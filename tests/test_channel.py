@@ -5,9 +5,9 @@ import math
 import pytest
 
 from thinwire.channel import Channel, SlotStats, aloha_success_probability, arbitrate
-from thinwire.codecs.support import derive_seed
 from thinwire.config import ChannelConfig
 from thinwire.policies import PolicyInput, aloha
+from thinwire.seeding import mix
 
 
 def test_transfer_time_is_latency_plus_bits_over_rate():
@@ -40,7 +40,7 @@ def test_a_slot_outside_the_frame_is_an_error():
 
 @pytest.mark.parametrize(("clients", "slots", "p"), [(10, 5, 0.5), (6, 2, 1.0), (20, 4, 0.2)])
 def test_success_rate_per_slot_matches_slotted_aloha(clients, slots, p):
-    policies = [aloha(p, slots=slots, seed=derive_seed(7, c)) for c in range(clients)]
+    policies = [aloha(p, slots=slots, seed=mix(7, c)) for c in range(clients)]
     states = [policy.init({}) for policy in policies]
     frames = 2000
     successes = 0

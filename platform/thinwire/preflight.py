@@ -27,12 +27,12 @@ from typing import TypeVar
 
 import torch
 
-from thinwire.clients.client import PrivacyPlan
 from thinwire.codecs.model import ModelCodec
 from thinwire.config import FILE_DATASETS, ConfigError, Experiment
 from thinwire.learning import (
     Dataset,
     DatasetError,
+    PrivacyPlan,
     Workspace,
     build_model,
     client_indices,

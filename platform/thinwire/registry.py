@@ -62,7 +62,9 @@ __all__ = [
     "MODELS",
     "OPTIMIZERS",
     "PARTITIONS",
+    "PLAIN_SERVER_HALF",
     "POLICIES",
+    "PolicyRegistry",
     "QUANTIZERS",
     "SCHEDULES",
     "SELECTORS",
@@ -289,6 +291,53 @@ def registries() -> Mapping[str, Registry[Any]]:
     return {registry.family: registry for registry in _ALL}
 
 
+PLAIN_SERVER_HALF = "plain"
+"""The server half of a send policy that needs nothing of the server."""
+
+
+class PolicyRegistry(Registry[F]):
+    """Send policies: a kind binds its section, its client factory and its server half.
+
+    The server half is named, not imported: the star's server maps the name to its pieces
+    (`thinwire.server.halves`), so registering a policy in the core imports no role.
+    """
+
+    def __init__(self, family: str) -> None:
+        super().__init__(family)
+        self._servers: dict[str, str] = {}
+
+    def register(
+        self,
+        kind: str,
+        *,
+        section: type[BaseModel],
+        factory: F,
+        server: str = PLAIN_SERVER_HALF,
+        force: bool = False,
+    ) -> None:
+        """`Registry.register`, plus `server`: the name of the kind's server half.
+
+        Args:
+            kind: the name YAML uses; `section`'s `kind: Literal[...]` must admit it.
+            section: the `thinwire.config.Section` subclass that configures the kind.
+            factory: `(section, PolicyContext) -> Policy`, the client's half.
+            server: a server half registered with `thinwire.server.register_server_half`
+                ("plain", "stale_reuse", "slotted", or a plugin's).
+            force: replace a kind that already has a factory, or another section.
+        """
+        super().register(kind, section=section, factory=factory, force=force)
+        self._servers[kind] = server
+
+    def server_half(self, kind: str) -> str:
+        """The name of `kind`'s server half.
+
+        Raises:
+            ValueError: for a kind nobody registered, or one only declared.
+        """
+        self.factory(kind)  # the unknown-kind and no-factory errors
+        return self._servers[kind]
+
+
 # --- the families ------------------------------------------------------------------------
 # One line per family. Factory signatures are the family's; see where each is built.
 
@@ -298,8 +347,9 @@ SELECTORS: Registry[Callable[[Any, int], Selector | None]] = Registry("selector"
 QUANTIZERS: Registry[Callable[[Any, int], Quantizer | None]] = Registry("quantizer")
 FEEDBACKS: Registry[Callable[[Any, Codec], Codec]] = Registry("feedback")  # wraps the chain
 
-# Send policies (built by thinwire.policies.build_policy, once per client):
-POLICIES: Registry[Callable[[Any, PolicyContext], Policy]] = Registry("policy")
+# Send policies (built by thinwire.policies.build_policy, once per client), each with the
+# name of its server half (run by the star's server, thinwire.server.halves):
+POLICIES: PolicyRegistry[Callable[[Any, PolicyContext], Policy]] = PolicyRegistry("policy")
 
 # The star server's aggregation rule: `factory(section) -> Rule` (thinwire.server.rules).
 AGGREGATION_RULES: Registry[Callable[[Any], Any]] = Registry("aggregation rule")

@@ -9,7 +9,7 @@ from star_helpers import tiny_experiment
 
 from thinwire.clients import Client
 from thinwire.config import parse_config
-from thinwire.learning import load_federation
+from thinwire.learning import PrivacyPlan, load_federation
 from thinwire.policies import Decision, Policy
 from thinwire.privacy import epsilon
 from thinwire.server import Aggregator
@@ -190,9 +190,13 @@ def test_a_private_client_reports_epsilon_growing_to_its_target():
 
 def test_a_configured_noise_multiplier_is_used_as_is():
     _, _, clients = star(privacy={"noise_multiplier": 0.8, "delta": 1e-4})
-    plan = clients[0].privacy
+    client = clients[0]
+    assert client.trainer.name == "private(local_sgd)"
+    plan = PrivacyPlan.for_client(client.experiment, client.experiment.privacy, client.x.shape[0])
     assert plan.noise_multiplier == 0.8 and plan.batch_size == 16
-    assert plan.sample_rate == pytest.approx(16 / clients[0].x.shape[0])
+    assert plan.sample_rate == pytest.approx(16 / client.x.shape[0])
+    assert client.state.privacy.history == ((0.8, plan.sample_rate, 0),)
+    assert client.trainer.init() == client.state.privacy
 
 
 def test_delta_must_be_below_one_over_the_clients_data():

@@ -1,7 +1,8 @@
 """One set of checks over every registered codec kind (STYLE rule 20).
 
 The table below must name every kind in every registry: registering a kind without adding
-it here fails `test_table_covers_every_registered_kind`.
+it here fails `test_table_covers_every_registered_kind`. An entry listed in `ARGS` encodes
+with those per-call arguments (a `per_call` selector's input) in every check.
 """
 
 import dataclasses
@@ -9,10 +10,11 @@ import dataclasses
 import pytest
 import torch
 
-from thinwire.codecs import build, with_error_feedback
+from thinwire.codecs import NO_ARGS, EncodeArgs, build, with_error_feedback
 from thinwire.codecs.forms import check_forms
 from thinwire.config import CodecConfig
 from thinwire.registry import FEEDBACKS, QUANTIZERS, SELECTORS, TRANSFORMS
+from thinwire.wire.payload import SeededSupport, SeedScheme
 
 TOPK = {"kind": "topk", "density": 0.1}
 
@@ -50,9 +52,12 @@ TABLE: dict[str, tuple[tuple[str, str], dict]] = {
         ("selector", "adaptive"),
         {"select": {"kind": "adaptive", "density": 0.05, "min_density": 0.01}},
     ),
-    # Before a mask is installed the shared mask keeps every coordinate (tests/codecs/test_masked.py
-    # covers installed masks).
     "select-shared_mask": (("selector", "shared_mask"), {"select": {"kind": "shared_mask"}}),
+    # Without a mask the shared mask keeps every coordinate.
+    "select-shared_mask-no-mask": (
+        ("selector", "shared_mask"),
+        {"select": {"kind": "shared_mask"}},
+    ),
     "select-oktopk": (
         ("selector", "oktopk"),
         {"select": {"kind": "oktopk", "density": 0.1, "period": 3}},
@@ -103,6 +108,19 @@ TABLE: dict[str, tuple[tuple[str, str], dict]] = {
 SHAPE = (20, 50)
 
 
+def _mask(n: int) -> EncodeArgs:
+    return EncodeArgs(mask=SeededSupport(99, SeedScheme.RANDOM_K, max(1, 9 * n // 10)))
+
+
+# id -> the per-call arguments of a domain of n coordinates (entries not listed pass none)
+ARGS = {"select-shared_mask": _mask}
+
+
+def args_for(entry: str, n: int) -> EncodeArgs:
+    make = ARGS.get(entry)
+    return make(n) if make is not None else NO_ARGS
+
+
 def test_table_covers_every_registered_kind():
     covered = {role_kind for role_kind, _ in TABLE.values()}
     registered = {
@@ -135,7 +153,7 @@ def inputs(device, steps=1):
 def test_decode_has_the_input_shape_float32_finite_and_device(entry, device):
     codec = codec_for(entry)
     (x,) = inputs(device)
-    payload, _ = codec.encode(x, codec.init(x))
+    payload, _ = codec.encode(x, codec.init(x), args_for(entry, x.numel()))
     assert payload.shape == codec.wire_shape(SHAPE)
     assert all(t.device == x.device for t in tensors_of(payload))
     decoded = codec.decode(payload, SHAPE)
@@ -150,10 +168,11 @@ def test_encoding_twice_from_one_state_repeats_payload_and_state(
 ):
     codec = codec_for(entry)
     (x,) = inputs(device)
+    args = args_for(entry, x.numel())
     state = codec.init(x)
-    _, state = codec.encode(x, state)  # a state with history, not just the initial one
-    first, after_first = codec.encode(x, state)
-    second, after_second = codec.encode(x, state)
+    _, state = codec.encode(x, state, args)  # a state with history, not just the initial one
+    first, after_first = codec.encode(x, state, args)
+    second, after_second = codec.encode(x, state, args)
     assert same_payload(first, second)
     assert same_state(after_first, after_second)
 
@@ -176,8 +195,9 @@ def test_error_feedback_residual_stays_bounded(entry, device):
     else:
         delta = 0.1  # absolute compressors (threshold) and casts: a generous fixed bound
     largest = max(float(x.norm()) for x in xs)
+    args = args_for(entry, n)
     for x in xs:
-        _, state = codec.encode(x, state)
+        _, state = codec.encode(x, state, args)
         memory = state.residual if hasattr(state, "residual") else getattr(state, "velocity", None)
         if memory is not None:
             assert float(memory.norm()) <= 2.0 / delta * largest
@@ -195,8 +215,9 @@ def test_error_is_within_the_stated_bound(entry, device):
     restart = TABLE[entry][0][0] == "feedback"
     state = codec.init(x)
     errors = []
+    args = args_for(entry, n)
     for _ in range(30):
-        payload, state = codec.encode(x, codec.init(x) if restart else state)
+        payload, state = codec.encode(x, codec.init(x) if restart else state, args)
         errors.append(float((codec.decode(payload, SHAPE) - x).square().sum()))
     mean = sum(errors) / len(errors)
     if info.lossless:
@@ -220,5 +241,5 @@ def test_every_codec_declares_the_payload_forms_it_sends(entry, shape):
     assert forms.supports is not None and forms.values is not None
     g = torch.Generator().manual_seed(3)
     for x in (torch.randn(shape, generator=g), torch.full(shape, 2.0), torch.zeros(shape)):
-        payload, _ = codec.encode(x, codec.init(x))
+        payload, _ = codec.encode(x, codec.init(x), args_for(entry, x.numel()))
         check_forms({"t": payload}, {"t": forms})

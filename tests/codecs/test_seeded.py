@@ -154,8 +154,9 @@ def test_each_client_sends_its_own_block_and_the_server_regenerates_every_one():
     # Clients mix their index into their codec seed (clients/client.py), so their blocks
     # are independent; the server's codec, built with another seed, decodes each from
     # the seed its payload carries.
-    from thinwire.codecs import build, derive_seed
+    from thinwire.codecs import build
     from thinwire.config import CodecConfig
+    from thinwire.seeding import uplink_codec_seed
 
     config = CodecConfig.model_validate(
         {"select": {"kind": "random_block", "density": 0.25, "unbiased": True}}
@@ -164,7 +165,7 @@ def test_each_client_sends_its_own_block_and_the_server_regenerates_every_one():
     server = build(config, seed=0)
     starts = set()
     for client in range(4):
-        codec = build(config, seed=derive_seed(0, 1, client))
+        codec = build(config, seed=uplink_codec_seed(0, client))
         payload, _ = codec.encode(x, codec.init(x))
         decoded = server.decode(payload, x.shape)
         kept = decoded.nonzero().squeeze(1)

@@ -8,11 +8,11 @@ import torch
 from thinwire.codecs.support import (
     MAX_SEEDED_DOMAIN,
     block_start,
-    derive_seed,
     permutation,
     scatter,
     seeded_indices,
 )
+from thinwire.seeding import mix
 from thinwire.wire.payload import DenseSupport, SeededSupport, SeedScheme, SparseSupport
 
 
@@ -57,7 +57,7 @@ def test_largest_domain_stays_in_int64_without_overflow():
 
 
 def test_random_k_indices_are_sorted_distinct_and_in_range():
-    support = SeededSupport(derive_seed(5, 0), SeedScheme.RANDOM_K, 300)
+    support = SeededSupport(mix(5, 0), SeedScheme.RANDOM_K, 300)
     indices = seeded_indices(support, 1000)
     assert indices.numel() == 300
     assert bool((indices[1:] > indices[:-1]).all())
@@ -100,16 +100,9 @@ def test_scatter_dense_and_sparse():
         scatter(SeededSupport(0, SeedScheme.RANDOM_BLOCK, 3), values, 4)
 
 
-def test_derive_seed_mixes_every_part():
-    seeds = {derive_seed(7, step) for step in range(1000)}
-    assert len(seeds) == 1000
-    assert derive_seed(7, 1, 2) != derive_seed(7, 2, 1)
-    assert all(0 <= s < 2**64 for s in seeds)
-
-
 def test_block_start_is_uniform_over_the_domain():
     n = 10
     counts = [0] * n
     for seed in range(5000):
-        counts[block_start(derive_seed(seed), n)] += 1
+        counts[block_start(mix(seed), n)] += 1
     assert max(abs(c - 500) for c in counts) < 5 * math.sqrt(500)

@@ -15,11 +15,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 from thinwire.codecs import build
 from thinwire.codecs.lowrank import initial_q, orthogonalize
-from thinwire.codecs.support import derive_seed
 from thinwire.config import CodecConfig, Experiment
 from thinwire.ddp import OkTopk, PowerSGD, register
 from thinwire.ddp.exchange import BUCKET_NAME, reducible
 from thinwire.runtimes.ddp import run_rank
+from thinwire.seeding import bucket_seed, tensor_seed
 from thinwire.wire import Kind, RawValues, Update, encode
 
 HOOK_SEED = 5
@@ -41,7 +41,7 @@ class CodecReference:
     """Every rank's codec (one bucket: the weight), as the hook builds it."""
 
     def __init__(self, section: dict, world: int, template: torch.Tensor) -> None:
-        self.codec = build(CodecConfig.model_validate(section), seed=derive_seed(HOOK_SEED, 0))
+        self.codec = build(CodecConfig.model_validate(section), seed=bucket_seed(HOOK_SEED, (0,)))
         self.states = [self.codec.init(template.reshape(-1)) for _ in range(world)]
         self.rank_bytes = [0] * world
 
@@ -67,7 +67,7 @@ class PowerSGDReference:
     def __init__(self, config: PowerSGD, world: int, shape: tuple[int, int]) -> None:
         self.rank = config.rank
         self.q = initial_q(
-            shape[1], config.rank, seed=derive_seed(config.seed, 0), device=torch.device("cpu")
+            shape[1], config.rank, seed=tensor_seed(config.seed, 0), device=torch.device("cpu")
         )
         self.errors = [torch.zeros(shape) for _ in range(world)]
 

@@ -15,7 +15,6 @@ def test_always_transmits_every_round_and_keeps_no_state():
         assert decision == Decision(transmit=True)
         state = policy.delivered(round % 2 == 0, state)
     assert state == policy.init(ONE)
-    assert not policy.reuses_silent
 
 
 def test_a_decision_without_a_slot_keeps_unsent_mass_by_default():

@@ -21,7 +21,10 @@ def test_every_kind_builds_from_its_section():
     censor = build_policy(
         section({"kind": "censor", "threshold": {"kind": "geometric", "tau": 1.0}}), CONTEXT
     )
-    assert censor.reuses_silent
+    assert censor.name == "censor"
+    assert POLICIES.server_half("censor") == "stale_reuse"
+    assert POLICIES.server_half("random_access") == "slotted"
+    assert POLICIES.server_half("always") == "plain"
     channel = {"channel": {"slots": 5}}
     names = {
         rule: build_policy(

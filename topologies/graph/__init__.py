@@ -11,7 +11,6 @@ Importing this package loads no gRPC, TLS or plotting library.
 from thinwire.topologies.graph.graphs import (
     GraphError,
     build_graph,
-    derived_seed,
     describe_components,
     is_time_varying,
     read_edge_list,
@@ -47,7 +46,6 @@ __all__ = [
     "Spectrum",
     "TopologySummary",
     "build_graph",
-    "derived_seed",
     "describe_components",
     "draw_graph",
     "is_time_varying",

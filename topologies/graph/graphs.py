@@ -45,12 +45,12 @@ from thinwire.config import (
     TorusTopology,
 )
 from thinwire.registry import GRAPHS
+from thinwire.seeding import graph_draw_seed, graph_round_seed
 
 __all__ = [
     "GraphError",
     "build_graph",
     "describe_components",
-    "derived_seed",
     "is_time_varying",
     "read_edge_list",
     "require_connected",
@@ -62,14 +62,6 @@ logger = logging.getLogger(__name__)
 
 class GraphError(ValueError):
     """A graph that cannot be built or used: too few nodes, disconnected, a bad edge file."""
-
-
-def derived_seed(seed: int, *path: int) -> int:
-    """A 64-bit seed derived from the run seed and a path such as (round, attempt).
-
-    Uses numpy's `SeedSequence`, so nearby paths give statistically independent streams.
-    """
-    return int(np.random.SeedSequence([seed, *path]).generate_state(1, np.uint64)[0])
 
 
 def is_time_varying(config: Topology) -> bool:
@@ -227,7 +219,7 @@ def _redraw_until_connected(
 ) -> nx.Graph:
     graph = nx.Graph()
     for attempt in range(attempts):
-        graph = draw(derived_seed(seed, 0, attempt))
+        graph = draw(graph_draw_seed(seed, attempt))
         if nx.is_connected(graph):
             if attempt:
                 logger.debug("%s: connected on draw %d", what, attempt + 1)
@@ -249,13 +241,13 @@ def _regular_draw(degree: int, nodes: int) -> Callable[[int], nx.Graph]:
 def _regular(config: RegularTopology, nodes: int, seed: int, round: int) -> nx.Graph:
     draw = _regular_draw(config.degree, nodes)
     if config.time_varying:
-        return draw(derived_seed(seed, round))
+        return draw(graph_round_seed(seed, round))
     hint = "use degree >= 3 (a 2-regular graph is a union of cycles)"
     return _redraw_until_connected(draw, seed, config.attempts, f"regular(d={config.degree})", hint)
 
 
 def _matching(config: MatchingTopology, nodes: int, seed: int, round: int) -> nx.Graph:
-    order = np.random.default_rng(derived_seed(seed, round)).permutation(nodes)
+    order = np.random.default_rng(graph_round_seed(seed, round)).permutation(nodes)
     return _from_edges(nodes, zip(order[0:-1:2], order[1::2], strict=True))
 
 

@@ -55,11 +55,10 @@ import torch
 
 from thinwire.codecs.model import ModelCodec
 from thinwire.codecs.receive import open_payloads
-from thinwire.codecs.support import derive_seed
 from thinwire.config import ChocoGossip, SparqGossip
 from thinwire.learning import flatten
+from thinwire.seeding import peer_codec_seed
 from thinwire.topologies.methods.node import (
-    CODEC_STREAM,
     Absorbed,
     Inbox,
     NodeCore,
@@ -123,7 +122,7 @@ class ChocoNode(StateNode):
         self.codec = ModelCodec(
             experiment.codec,
             core.workspace.spec,
-            seed=derive_seed(experiment.seed, CODEC_STREAM, core.index),
+            seed=peer_codec_seed(experiment.seed, core.index),
         )
         self._specs = {
             Kind.GOSSIP_CORRECTION: self.codec.wire_spec,

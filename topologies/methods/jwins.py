@@ -48,10 +48,9 @@ import torch
 from thinwire.codecs import wavelet
 from thinwire.codecs.model import FLAT_NAME
 from thinwire.codecs.receive import check_bounded
-from thinwire.codecs.support import derive_seed
 from thinwire.config import JwinsGossip
+from thinwire.seeding import jwins_alpha_seed
 from thinwire.topologies.methods.node import (
-    ALPHA_STREAM,
     Absorbed,
     Inbox,
     NodeCore,
@@ -108,7 +107,7 @@ class JwinsNode(StateNode):
 
     def alpha(self, round: int) -> float:
         """The fraction of coefficients this node may share in `round`."""
-        seed = derive_seed(self.core.experiment.seed, ALPHA_STREAM, self.core.index, round)
+        seed = jwins_alpha_seed(self.core.experiment.seed, self.core.index, round)
         return self.config.alphas[seed % len(self.config.alphas)]
 
     def prepare(self, round: int) -> Prepared:

@@ -33,7 +33,6 @@ import torch
 from thinwire import statetree
 from thinwire.codecs.model import ModelCodec
 from thinwire.codecs.receive import check_bounded, norm_bound
-from thinwire.codecs.support import derive_seed
 from thinwire.config import Experiment
 from thinwire.learning import (
     TrainStats,
@@ -44,6 +43,7 @@ from thinwire.learning import (
     train_local,
     unflatten,
 )
+from thinwire.seeding import peer_train_seed
 from thinwire.statetree import Leaf
 from thinwire.topologies.graph.schedule import GraphSchedule
 from thinwire.topologies.naming import node_common_name
@@ -77,9 +77,6 @@ logger = logging.getLogger(__name__)
 
 ASK = "ask"
 """Metric key of a message whose sender holds no valid copy of the receiver's estimate."""
-
-TRAIN_STREAM, CODEC_STREAM, ALPHA_STREAM = 101, 102, 103
-"""Seed streams of a gossip node: derive_seed(run seed, stream, node[, round])."""
 
 Specs = Mapping[Kind, Sequence[TensorSpec]]
 
@@ -245,7 +242,7 @@ class NodeCore:
         train = self.experiment.train
         self.workspace.load(unflatten(vector, self.template))
         generator = torch.Generator(device="cpu").manual_seed(
-            derive_seed(self.experiment.seed, TRAIN_STREAM, self.index, round)
+            peer_train_seed(self.experiment.seed, self.index, round)
         )
         stats = train_local(
             self.workspace.model,

@@ -14,9 +14,12 @@ Example:
 """
 
 from thinwire.codecs.base import (
+    NO_ARGS,
     Codec,
     CodecInfo,
     EmptyState,
+    Encode,
+    EncodeArgs,
     Quantizer,
     Selector,
     Transform,
@@ -24,7 +27,7 @@ from thinwire.codecs.base import (
 )
 from thinwire.codecs.bounds import information_bits
 from thinwire.codecs.feedback import DGCState, ErrorFeedbackState, with_dgc, with_error_feedback
-from thinwire.codecs.masked import SharedMaskState, install_mask, shared_mask
+from thinwire.codecs.masked import shared_mask
 from thinwire.codecs.multiscale import MultiScaleState, multiscale_qsgd
 from thinwire.codecs.oktopk import OkTopKState, ok_top_k
 from thinwire.codecs.quantize import QSGDState, cast, qsgd, scaled_sign
@@ -40,7 +43,7 @@ from thinwire.codecs.sparsify import (
     threshold,
     top_k,
 )
-from thinwire.codecs.support import derive_seed, scatter, seeded_indices
+from thinwire.codecs.support import scatter, seeded_indices
 from thinwire.codecs.wavelet import wavelet, wavelet_lengths
 
 __all__ = [
@@ -48,7 +51,10 @@ __all__ = [
     "Codec",
     "CodecInfo",
     "DGCState",
+    "NO_ARGS",
     "EmptyState",
+    "Encode",
+    "EncodeArgs",
     "ErrorFeedbackState",
     "MultiScaleState",
     "OkTopKState",
@@ -59,15 +65,12 @@ __all__ = [
     "RandomKState",
     "SIDCoState",
     "Selector",
-    "SharedMaskState",
     "Transform",
     "adaptive_top_k",
     "build",
     "cast",
     "chain",
-    "derive_seed",
     "information_bits",
-    "install_mask",
     "multiscale_qsgd",
     "ok_top_k",
     "qsgd",

@@ -14,6 +14,12 @@ through, as in optax's gradient transformations. `chain` validates the order and
 `Codec`; cross-cutting behaviour such as error feedback wraps a `Codec` and returns a `Codec`
 (`thinwire.codecs.feedback`), it is never a flag on a stage.
 
+What one call must know but no state should keep (DP random sparsification's mask for
+this round, decided outside the codec) is a per-call argument, `EncodeArgs`, the third
+argument of `encode` (optax's `extra_args`): `chain` hands it to a selector that declares
+`per_call=True`, every wrapper forwards it to the codec it wraps, and stages that read
+nothing from it never see it.
+
 A selector declares the supports it emits (`supports(n)`, by domain size: a top-k of a
 tensor smaller than 1 / density keeps every coordinate and goes dense) and a quantizer its
 values form (`thinwire.codecs.forms`); the chained codec's `forms(shape)` is what a receiver
@@ -36,19 +42,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, cast
 
 import torch
 
 from thinwire.codecs.forms import DENSE, Forms, constant, raw_form, undeclared, values_form
 from thinwire.codecs.support import scatter
 from thinwire.wire import WireError
-from thinwire.wire.payload import DenseSupport, Payload, RawValues, Support, Values
+from thinwire.wire.payload import (
+    DenseSupport,
+    Payload,
+    RawValues,
+    SeededSupport,
+    Support,
+    Values,
+)
 
 __all__ = [
     "Codec",
     "CodecInfo",
     "EmptyState",
+    "Encode",
+    "EncodeArgs",
+    "NO_ARGS",
     "Quantizer",
     "Selector",
     "Transform",
@@ -58,6 +74,42 @@ __all__ = [
 
 class EmptyState(NamedTuple):
     """State of a stage that keeps none."""
+
+
+class EncodeArgs(NamedTuple):
+    """Per-call inputs of one encode that are not state: decided outside the codec, used once.
+
+    Forwarded unchanged by `chain` (to a `per_call` selector) and by every wrapper, so a
+    wrapped, chained, per-tensor codec receives them wherever its stage sits.
+    """
+
+    mask: SeededSupport | None = None
+    """The coordinates this call must send (DP random sparsification's round mask, over the
+    codec's domain), read by `shared_mask`; None: the selector keeps every coordinate."""
+
+
+NO_ARGS = EncodeArgs()
+"""The per-call arguments of a call that passes none."""
+
+
+class Encode(Protocol):
+    """A codec's encode: `encode(x, state, args=NO_ARGS) -> (payload, state)`.
+
+    STYLE rule 1's encode plus the call's `EncodeArgs`, which a wrapper passes on to the
+    codec it wraps.
+    """
+
+    def __call__(
+        self, x: torch.Tensor, state: Any, args: EncodeArgs = NO_ARGS, /
+    ) -> tuple[Payload, Any]:
+        """Encodes `x` from `state`; returns the payload and the advanced state."""
+        ...
+
+
+SelectFn = Callable[[torch.Tensor, Any], tuple[Support, torch.Tensor, Any]]
+"""`select(y, state) -> (support, kept values, state)`."""
+SelectWithArgs = Callable[[torch.Tensor, Any, EncodeArgs], tuple[Support, torch.Tensor, Any]]
+"""`select(y, state, args) -> (support, kept values, state)`: a `per_call` selector's."""
 
 
 class CodecInfo(NamedTuple):
@@ -90,12 +142,13 @@ class Selector(NamedTuple):
     """Picks the coordinates that travel and returns them with their values."""
 
     init: Callable[[int, torch.device], Any]  # domain size, device -> state
-    select: Callable[[torch.Tensor, Any], tuple[Support, torch.Tensor, Any]]
+    select: SelectFn | SelectWithArgs  # SelectWithArgs exactly when `per_call`
     info: CodecInfo
     name: str = "selector"
     # domain size n -> the support forms it emits there (`thinwire.codecs.forms`); None:
     # not declared
     supports: Callable[[int], frozenset[str]] | None = None
+    per_call: bool = False  # select takes the call's `EncodeArgs` as a third argument
 
 
 class Quantizer(NamedTuple):
@@ -113,7 +166,8 @@ class Codec(NamedTuple):
     """A complete tensor codec.
 
     - `init(template) -> state`: the state for tensors shaped like `template` (on its device);
-    - `encode(x, state) -> (payload, state)`: sender side, stays on x's device;
+    - `encode(x, state, args=NO_ARGS) -> (payload, state)`: sender side, stays on x's
+      device; `args` are the call's `EncodeArgs`, which wrappers forward;
     - `decode(payload, shape) -> x_hat`: receiver side, on the payload's device, shaped `shape`;
     - `wire_shape(shape)`: the shape of the domain its payloads index (for wire validation);
     - `transform`: the transform stage, None when payloads index the tensor's own
@@ -124,7 +178,7 @@ class Codec(NamedTuple):
     """
 
     init: Callable[[torch.Tensor], Any]
-    encode: Callable[[torch.Tensor, Any], tuple[Payload, Any]]
+    encode: Encode
     decode: Callable[[Payload, tuple[int, ...]], torch.Tensor]
     wire_shape: Callable[[tuple[int, ...]], tuple[int, ...]]
     info: CodecInfo
@@ -232,9 +286,16 @@ def chain(*stages: Transform | Selector | Quantizer) -> Codec:
         n = math.prod(domain(tuple(template.shape)))
         return ChainState(selector.init(n, template.device), quantizer.init(template.device))
 
-    def encode(x: torch.Tensor, state: ChainState) -> tuple[Payload, ChainState]:
+    def select(y: torch.Tensor, state: Any, args: EncodeArgs) -> tuple[Support, torch.Tensor, Any]:
+        if selector.per_call:
+            return cast(SelectWithArgs, selector.select)(y, state, args)
+        return cast(SelectFn, selector.select)(y, state)
+
+    def encode(
+        x: torch.Tensor, state: ChainState, args: EncodeArgs = NO_ARGS
+    ) -> tuple[Payload, ChainState]:
         y = x.reshape(-1) if transform is None else transform.forward(x.reshape(-1))
-        support, kept, selector_state = selector.select(y, state.selector)
+        support, kept, selector_state = select(y, state.selector, args)
         values, quantizer_state = quantizer.quantize(kept, state.quantizer)
         payload = Payload(domain(tuple(x.shape)), support, values)
         return payload, ChainState(selector_state, quantizer_state)

@@ -2,7 +2,8 @@
 
 Both wrappers take a `Codec` and return a `Codec` with the same payloads and decoder; only
 the sender's state grows (STYLE rule 3: feedback is a wrapper, never a flag on a stage).
-The receiver decodes exactly as it would without feedback.
+The receiver decodes exactly as it would without feedback. Each forwards the call's
+`EncodeArgs` to the codec it wraps (a shared mask reaches the selector inside).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from thinwire.codecs.base import Codec
+from thinwire.codecs.base import NO_ARGS, Codec, EncodeArgs
 from thinwire.codecs.support import seeded_indices
 from thinwire.wire.payload import DenseSupport, Payload, SeededSupport, SparseSupport
 
@@ -67,9 +68,11 @@ def with_error_feedback(codec: Codec) -> Codec:
         residual = torch.zeros(template.shape, dtype=torch.float32, device=template.device)
         return ErrorFeedbackState(codec.init(template), residual)
 
-    def encode(x: torch.Tensor, state: ErrorFeedbackState) -> tuple[Payload, ErrorFeedbackState]:
+    def encode(
+        x: torch.Tensor, state: ErrorFeedbackState, args: EncodeArgs = NO_ARGS
+    ) -> tuple[Payload, ErrorFeedbackState]:
         accumulated = x.float() + state.residual
-        payload, inner = codec.encode(accumulated, state.inner)
+        payload, inner = codec.encode(accumulated, state.inner, args)
         residual = accumulated - codec.decode(payload, tuple(accumulated.shape))
         return payload, ErrorFeedbackState(inner, residual)
 
@@ -151,7 +154,9 @@ def with_dgc(codec: Codec, momentum: float = 0.9, nesterov: bool = False) -> Cod
         zeros = torch.zeros(template.shape, dtype=torch.float32, device=template.device)
         return DGCState(codec.init(template), zeros, zeros.clone())
 
-    def encode(g: torch.Tensor, state: DGCState) -> tuple[Payload, DGCState]:
+    def encode(
+        g: torch.Tensor, state: DGCState, args: EncodeArgs = NO_ARGS
+    ) -> tuple[Payload, DGCState]:
         g = g.float()
         if nesterov:
             u = momentum * (state.momentum + g)
@@ -159,7 +164,7 @@ def with_dgc(codec: Codec, momentum: float = 0.9, nesterov: bool = False) -> Cod
         else:
             u = momentum * state.momentum + g
             v = state.velocity + u
-        payload, inner = codec.encode(v, state.inner)
+        payload, inner = codec.encode(v, state.inner, args)
         if payload.numel != v.numel():
             raise ValueError(
                 f"with_dgc: the payload indexes {payload.numel} coordinates, the tensor has "

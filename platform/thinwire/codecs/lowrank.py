@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import torch
 
-from thinwire.codecs.support import derive_seed
+from thinwire.seeding import mix
 
 __all__ = [
     "LowRankState",
@@ -82,7 +82,7 @@ def initial_q(m: int, rank: int, *, seed: int, device: torch.device) -> torch.Te
     Drawn on the CPU from a private generator (the global RNG is untouched; CPU draws are
     the same on every machine) and moved to `device`.
     """
-    generator = torch.Generator(device="cpu").manual_seed(derive_seed(seed) & (2**63 - 1))
+    generator = torch.Generator(device="cpu").manual_seed(mix(seed) & (2**63 - 1))
     return torch.randn(m, rank, generator=generator).to(device)
 
 

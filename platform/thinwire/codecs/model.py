@@ -18,11 +18,11 @@ from typing import Any
 
 import torch
 
-from thinwire.codecs.base import Codec
+from thinwire.codecs.base import NO_ARGS, Codec, EncodeArgs
 from thinwire.codecs.forms import Forms
 from thinwire.codecs.registry import build
-from thinwire.codecs.support import derive_seed
 from thinwire.config import CodecConfig
+from thinwire.seeding import tensor_seed
 from thinwire.wire.payload import Payload, TensorSpec
 
 __all__ = ["FLAT_NAME", "ModelCodec"]
@@ -49,7 +49,7 @@ class ModelCodec:
         else:
             keys = [(FLAT_NAME, (sum(s.numel for s in self.spec),))]
         self._codecs: dict[str, Codec] = {
-            name: build(config, seed=derive_seed(seed, i)) for i, (name, _) in enumerate(keys)
+            name: build(config, seed=tensor_seed(seed, i)) for i, (name, _) in enumerate(keys)
         }
         self._shapes = dict(keys)
         self.wire_spec = tuple(
@@ -81,13 +81,13 @@ class ModelCodec:
         return {name: self._codecs[name].init(x) for name, x in self._inputs(template).items()}
 
     def encode(
-        self, tensors: Tensors, state: dict[str, Any]
+        self, tensors: Tensors, state: dict[str, Any], args: EncodeArgs = NO_ARGS
     ) -> tuple[dict[str, Payload], dict[str, Any]]:
-        """Payloads for `tensors` and the advanced state."""
+        """Payloads for `tensors` and the advanced state; `args` go to every tensor's codec."""
         payloads: dict[str, Payload] = {}
         new_state: dict[str, Any] = {}
         for name, x in self._inputs(tensors).items():
-            payloads[name], new_state[name] = self._codecs[name].encode(x, state[name])
+            payloads[name], new_state[name] = self._codecs[name].encode(x, state[name], args)
         return payloads, new_state
 
     def decode(

@@ -33,7 +33,7 @@ import torch
 from thinwire.codecs.base import CodecInfo, Quantizer
 from thinwire.codecs.forms import multiscale_form, values_form
 from thinwire.codecs.quantize import _expand, _per_bucket_norms, _spans, _uniform_source
-from thinwire.codecs.support import derive_seed
+from thinwire.seeding import step_seed
 from thinwire.wire import WireError, largest_level, multiscale_problem
 from thinwire.wire.payload import MultiScaleValues, Values
 
@@ -44,7 +44,7 @@ class MultiScaleState(NamedTuple):
     """State of `multiscale_qsgd`."""
 
     seed: int  # base seed, 64-bit Python int
-    step: int  # calls so far; the call's seed is derive_seed(seed, step)
+    step: int  # calls so far; the call's seed is step_seed(seed, step)
 
 
 def _omega(coarsest: int, bucket: int) -> CodecInfo:
@@ -116,7 +116,7 @@ def multiscale_qsgd(bits: int, scales: Sequence[int], bucket: int = 0, *, seed: 
         k = v.numel()
         norms = _per_bucket_norms(v, bucket, math.inf)
         safe = torch.where(norms > 0, norms, torch.ones_like(norms))  # v = 0 where norm = 0
-        draw = _uniform_source(derive_seed(state.seed, state.step), v.device)
+        draw = _uniform_source(step_seed(state.seed, state.step), v.device)
         levels = torch.empty(k, dtype=level_dtype, device=v.device)
         index = torch.empty(k, dtype=torch.uint8, device=v.device)
         for start, stop in _spans(k, bucket, v.device):

@@ -21,7 +21,7 @@ import torch
 
 from thinwire.codecs.base import CodecInfo, EmptyState, Quantizer
 from thinwire.codecs.forms import qsgd_form, raw_form, sign_form, values_form
-from thinwire.codecs.support import derive_seed
+from thinwire.seeding import step_seed
 from thinwire.wire import WireError
 from thinwire.wire.payload import QuantizedValues, RawValues, SignValues, Values
 
@@ -133,7 +133,7 @@ class QSGDState(NamedTuple):
     """State of `qsgd`."""
 
     seed: int  # base seed, 64-bit Python int
-    step: int  # calls so far, Python int; the call's seed is derive_seed(seed, step)
+    step: int  # calls so far, Python int; the call's seed is step_seed(seed, step)
 
 
 def _level_dtype(levels: int) -> torch.dtype:
@@ -191,7 +191,7 @@ def qsgd(levels: int, bucket: int = 0, *, seed: int) -> Quantizer:
     vector sends mostly zeros (variance sqrt(d)/s).
 
     State: (seed, step); the uniforms come from a generator seeded with
-    derive_seed(seed, step) (NumPy's SFC64 on CPU, a `torch.Generator` on the values'
+    step_seed(seed, step) (NumPy's SFC64 on CPU, a `torch.Generator` on the values'
     device elsewhere, so CPU and CUDA draws differ). The receiver needs no seed.
 
     Args:
@@ -225,7 +225,7 @@ def qsgd(levels: int, bucket: int = 0, *, seed: int) -> Quantizer:
         norms = _per_bucket_norms(v, bucket, 2.0)
         safe = torch.where(norms > 0, norms, torch.ones_like(norms))
         factors = torch.where(norms > 0, levels / safe, torch.zeros_like(norms))
-        draw = _uniform_source(derive_seed(state.seed, state.step), v.device)
+        draw = _uniform_source(step_seed(state.seed, state.step), v.device)
         codes = torch.empty(k, dtype=level_dtype, device=v.device)
         for start, stop in _spans(k, bucket, v.device):
             rounded = draw(stop - start).addcmul_(

@@ -23,9 +23,9 @@ from thinwire.codecs.quantize import cast, qsgd, scaled_sign
 from thinwire.codecs.seeded import random_block, random_k
 from thinwire.codecs.sidco import sidco
 from thinwire.codecs.sparsify import adaptive_top_k, rtop_k, sampled_top_k, threshold, top_k
-from thinwire.codecs.support import derive_seed
 from thinwire.codecs.wavelet import wavelet
 from thinwire.registry import FEEDBACKS, QUANTIZERS, SELECTORS, TRANSFORMS
+from thinwire.seeding import stage_seed
 
 __all__ = ["build"]
 
@@ -110,7 +110,7 @@ FEEDBACKS.register(
 def build(config: cfg.CodecConfig, *, seed: int) -> Codec:
     """The codec a `CodecConfig` describes: chain(transform, selector, quantizer) + feedback.
 
-    Each random stage gets its own seed, derive_seed(seed, role), so the selector's and
+    Each random stage gets its own seed, stage_seed(seed, role), so the selector's and
     the quantizer's draws are independent. Callers choose `seed` per stream: the same seed
     on every client makes seeded supports (random-k, random block) coincide across
     clients (all-reduce friendly); mixing in a client or tensor index makes them differ.
@@ -135,9 +135,9 @@ def build(config: cfg.CodecConfig, *, seed: int) -> Codec:
         >>> build(config, seed=0).name
         'ef(top_k(0.01)+fp32)'
     """
-    transform = TRANSFORMS.factory(config.transform.kind)(config.transform, derive_seed(seed, 0))
-    selector = SELECTORS.factory(config.select.kind)(config.select, derive_seed(seed, 1))
-    quantizer = QUANTIZERS.factory(config.quantize.kind)(config.quantize, derive_seed(seed, 2))
+    transform = TRANSFORMS.factory(config.transform.kind)(config.transform, stage_seed(seed, 0))
+    selector = SELECTORS.factory(config.select.kind)(config.select, stage_seed(seed, 1))
+    quantizer = QUANTIZERS.factory(config.quantize.kind)(config.quantize, stage_seed(seed, 2))
     stages = [stage for stage in (transform, selector, quantizer) if stage is not None]
     codec = chain(*stages)
     feedback: Codec = FEEDBACKS.factory(config.error_feedback.kind)(config.error_feedback, codec)

@@ -6,7 +6,7 @@ The sender draws its coordinates from a per-call seed and sends only that seed
 pick the same coordinates every round, which makes the payloads all-reduce compatible
 (algorithms.md §7.2, §7.4).
 
-Per-call seeds come from `derive_seed(seed, step)` with (seed, step) in the selector's
+Per-call seeds come from `step_seed(seed, step)` with (seed, step) in the selector's
 state: no global random generator is read or advanced.
 """
 
@@ -19,7 +19,8 @@ import torch
 from thinwire.codecs.base import CodecInfo, Selector
 from thinwire.codecs.forms import constant, seeded_form
 from thinwire.codecs.selection import check_density, count_for
-from thinwire.codecs.support import block_start, derive_seed, seeded_indices
+from thinwire.codecs.support import block_start, seeded_indices
+from thinwire.seeding import step_seed
 from thinwire.wire.payload import SeededSupport, SeedScheme, Support
 
 _RANDOM_K = constant(seeded_form(SeedScheme.RANDOM_K))
@@ -32,7 +33,7 @@ class RandomKState(NamedTuple):
     """State of `random_k`."""
 
     seed: int  # base seed, 64-bit Python int
-    step: int  # calls so far, Python int; the call's seed is derive_seed(seed, step)
+    step: int  # calls so far, Python int; the call's seed is step_seed(seed, step)
 
 
 def random_k(density: float, *, seed: int, unbiased: bool = False) -> Selector:
@@ -74,7 +75,7 @@ def random_k(density: float, *, seed: int, unbiased: bool = False) -> Selector:
     def select(y: torch.Tensor, state: RandomKState) -> tuple[Support, torch.Tensor, RandomKState]:
         n = y.numel()
         k = count_for(density, n)
-        support = SeededSupport(derive_seed(state.seed, state.step), SeedScheme.RANDOM_K, k)
+        support = SeededSupport(step_seed(state.seed, state.step), SeedScheme.RANDOM_K, k)
         values = y[seeded_indices(support, n, y.device)]
         if unbiased:
             values = values * (n / k)
@@ -92,7 +93,7 @@ class RandomBlockState(NamedTuple):
     """State of `random_block`."""
 
     seed: int  # base seed, 64-bit Python int
-    step: int  # calls so far, Python int; the call's seed is derive_seed(seed, step)
+    step: int  # calls so far, Python int; the call's seed is step_seed(seed, step)
 
 
 def random_block(density: float, *, seed: int, unbiased: bool = False) -> Selector:
@@ -116,7 +117,7 @@ def random_block(density: float, *, seed: int, unbiased: bool = False) -> Select
     the estimator's mean and per-coordinate variance match (omega = n/k - 1); only which
     coordinates travel together differs.
 
-    State: (seed, step): the call's block comes from derive_seed(seed, step), and the
+    State: (seed, step): the call's block comes from step_seed(seed, step), and the
     payload carries that seed, so a receiver regenerates the block without knowing the
     worker's base seed.
 
@@ -148,7 +149,7 @@ def random_block(density: float, *, seed: int, unbiased: bool = False) -> Select
     ) -> tuple[Support, torch.Tensor, RandomBlockState]:
         n = y.numel()
         k = count_for(density, n)
-        call_seed = derive_seed(state.seed, state.step)
+        call_seed = step_seed(state.seed, state.step)
         start = block_start(call_seed, n)
         wrapped = max(0, start + k - n)
         # Values in increasing coordinate order: the wrapped head, then the block's start.

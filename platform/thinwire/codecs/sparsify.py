@@ -23,7 +23,8 @@ from thinwire.codecs.selection import (
     count_for,
     sampled_top_k_indices,
 )
-from thinwire.codecs.support import derive_seed, permutation
+from thinwire.codecs.support import permutation
+from thinwire.seeding import step_seed
 from thinwire.wire.payload import DenseSupport, SparseSupport, Support
 
 __all__ = [
@@ -215,7 +216,7 @@ class RTopKState(NamedTuple):
     """State of `rtop_k`."""
 
     seed: int  # base seed, 64-bit Python int
-    step: int  # calls so far, Python int; the call's seed is derive_seed(seed, step)
+    step: int  # calls so far, Python int; the call's seed is step_seed(seed, step)
 
 
 def rtop_k(density: float, ratio: float = 4.0, *, seed: int) -> Selector:
@@ -265,7 +266,7 @@ def rtop_k(density: float, ratio: float = 4.0, *, seed: int) -> Selector:
         top_r = sampled_top_k_indices(y, r, 0.01)
         if r > k:
             draw = permutation(
-                derive_seed(state.seed, state.step), r, torch.arange(k, device=y.device)
+                step_seed(state.seed, state.step), r, torch.arange(k, device=y.device)
             )
             top_r = top_r[torch.sort(draw).values]
         support, values = _sparse(y, top_r)

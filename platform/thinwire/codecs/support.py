@@ -12,40 +12,21 @@ from __future__ import annotations
 
 import torch
 
+from thinwire.seeding import mix
 from thinwire.wire.payload import DenseSupport, SeededSupport, SeedScheme, SparseSupport, Support
 
-__all__ = ["block_start", "derive_seed", "permutation", "scatter", "seeded_indices"]
+__all__ = ["block_start", "permutation", "scatter", "seeded_indices"]
 
-_MASK64 = (1 << 64) - 1
 MAX_SEEDED_DOMAIN = 1 << 40
 """Largest domain a seeded support may index (keeps every Feistel product below 2**63)."""
 _ROUNDS = 6
-
-
-def _splitmix64(x: int) -> int:
-    x = (x + 0x9E3779B97F4A7C15) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return x ^ (x >> 31)
-
-
-def derive_seed(seed: int, *parts: int) -> int:
-    """A 64-bit seed mixed from `seed` and integers such as a round or tensor index.
-
-    Used to advance seeds held in codec state (`derive_seed(seed, step)`), so a run is
-    reproducible from its state alone and no global RNG is touched.
-    """
-    x = _splitmix64(seed & _MASK64)
-    for part in parts:
-        x = _splitmix64(x ^ (part & _MASK64))
-    return x
 
 
 def _round_keys(seed: int, width: int) -> list[tuple[int, int, int]]:
     mask = (1 << width) - 1
     keys = []
     for r in range(_ROUNDS):
-        a, b, c = (derive_seed(seed, r, j) for j in range(3))
+        a, b, c = (mix(seed, r, j) for j in range(3))
         keys.append(((a & mask) | 1, b & mask, (c & mask) | 1))
     return keys
 
@@ -101,8 +82,8 @@ def permutation(seed: int, n: int, positions: torch.Tensor) -> torch.Tensor:
 
 
 def block_start(seed: int, n: int) -> int:
-    """First coordinate of a seeded random block of a domain of n: derive_seed(seed) % n."""
-    return derive_seed(seed) % n
+    """First coordinate of a seeded random block of a domain of n: mix(seed) % n."""
+    return mix(seed) % n
 
 
 def seeded_indices(

@@ -39,12 +39,12 @@ from torch.nn.parallel import DistributedDataParallel
 from thinwire.codecs.base import Codec
 from thinwire.codecs.lowrank import LowRankState
 from thinwire.codecs.registry import build
-from thinwire.codecs.support import derive_seed
 from thinwire.config import CodecConfig
 from thinwire.ddp.collectives import Group, Traffic
 from thinwire.ddp.exchange import codec_allreduce
 from thinwire.ddp.oktopk import OkTopk, init_oktopk, oktopk_allreduce
 from thinwire.ddp.powersgd import PowerSGD, powersgd_allreduce
+from thinwire.seeding import bucket_seed
 from thinwire.statetree import flatten, unflatten
 
 __all__ = ["HookState", "HookStats", "Method", "register"]
@@ -131,7 +131,7 @@ class HookState:
             state = init_oktopk(flat.numel(), flat.device)
         elif not isinstance(self.method, PowerSGD):
             codec = (
-                build(self.method, seed=derive_seed(self.seed, *layout))
+                build(self.method, seed=bucket_seed(self.seed, layout))
                 if isinstance(self.method, CodecConfig)
                 else self.method
             )

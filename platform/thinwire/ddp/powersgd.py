@@ -35,8 +35,8 @@ from thinwire.codecs.lowrank import (
     residual,
     worth_compressing,
 )
-from thinwire.codecs.support import derive_seed
 from thinwire.ddp.collectives import Group, Traffic, allreduce_, world_size
+from thinwire.seeding import tensor_seed, tensor_step_seed
 
 __all__ = ["PowerSGD", "powersgd_allreduce"]
 
@@ -123,7 +123,7 @@ def powersgd_allreduce(
     for i in compressed:
         g, key = grads[i], keys[i]
         state = states.get(key) or init_lowrank(
-            tuple(g.shape), config.rank, seed=derive_seed(config.seed, key), device=g.device
+            tuple(g.shape), config.rank, seed=tensor_seed(config.seed, key), device=g.device
         )
         matrix = g.reshape(matrix_view(tuple(g.shape))).float()
         if config.error_feedback:
@@ -131,7 +131,10 @@ def powersgd_allreduce(
         q = state.q
         if not config.warm_start:
             q = initial_q(
-                q.shape[0], q.shape[1], seed=derive_seed(config.seed, key, step), device=g.device
+                q.shape[0],
+                q.shape[1],
+                seed=tensor_step_seed(config.seed, key, step),
+                device=g.device,
             )
         matrices.append(matrix)
         qs.append(q)

@@ -7,6 +7,7 @@
 - `train_local` / `evaluate`: index-batched local SGD on tensors already on the device,
   built from `make_optimizer`, `batch_indices` and `train_steps` for other trainers to reuse;
   `train_private` is the DP-SGD trainer built from them (`thinwire.privacy`).
+- `Trainer` / `local_sgd` / `private`: a role's trainer as a value; DP-SGD wraps it.
 - `model_state` / `flatten` / `state_delta`: the named tensors that travel, and their flat form.
 - `Workspace` / `load_federation`: one model on a device shared by a process's roles, and
   a run's data, partitions and initial model set up from its config.
@@ -39,7 +40,7 @@ from thinwire.learning.model_state import (
 )
 from thinwire.learning.models import build_model
 from thinwire.learning.partition import client_indices, partition
-from thinwire.learning.private import train_private
+from thinwire.learning.private import PrivacyPlan, private, train_private
 from thinwire.learning.saved import load_saved_model, save_model
 from thinwire.learning.schedule import learning_rate
 from thinwire.learning.threads import simulation_threads, torch_threads
@@ -53,6 +54,7 @@ from thinwire.learning.train import (
     train_local,
     train_steps,
 )
+from thinwire.learning.trainer import TrainCall, Trainer, local_sgd
 from thinwire.learning.workspace import Workspace
 
 __all__ = [
@@ -63,7 +65,10 @@ __all__ = [
     "Evaluation",
     "Federation",
     "ModelState",
+    "PrivacyPlan",
+    "TrainCall",
     "TrainStats",
+    "Trainer",
     "Workspace",
     "batch_indices",
     "build_model",
@@ -75,10 +80,12 @@ __all__ = [
     "load_federation",
     "load_model_state",
     "load_saved_model",
+    "local_sgd",
     "local_steps_for",
     "make_optimizer",
     "model_state",
     "partition",
+    "private",
     "resolve_device",
     "save_model",
     "simulation_threads",

@@ -3,34 +3,162 @@
 `train_private` is `train_local` with the model and optimizer wrapped by
 `thinwire.privacy.make_private`: the same `make_optimizer`, the same `batch_indices`, the same
 `train_steps` loop, so a private client differs from a plain one only in what its optimizer
-step does (mask, clip, sum, noise on kept coordinates, scale).
+step does (mask, clip, sum, noise on kept coordinates, scale). `private(trainer, ...)` is the
+trainer wrapper a role uses (`thinwire.learning.trainer`): it runs `train_private` with the
+wrapped trainer's optimizer and keeps the privacy ledger as its state, so a client never
+branches on privacy.
 
 Sampling: batches are shuffled fixed-size batches (every example once per pass), while the
 RDP analysis assumes Poisson sampling at rate q = B / N; this is what the method's code and
 most DP-SGD work do, and the reported epsilon is read with that caveat.
 
-The trainer knows nothing about accounting: it calls `on_step()` after every private step,
-and the caller records the count in its ledger (STYLE rule 11).
+`train_private` knows nothing about accounting: it calls `on_step()` after every private
+step, and `private` records the count in its ledger (STYLE rule 11).
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
-from thinwire.config import Optimizer
+from thinwire.config import Experiment, Optimizer, PrivacyConfig
 from thinwire.learning.train import (
     TrainStats,
     _check_data,  # the package's shared data checks
     batch_indices,
+    local_steps_for,
     make_optimizer,
     train_steps,
 )
+from thinwire.learning.trainer import TrainCall, Trainer
+from thinwire.privacy import (
+    PrivacyLedger,
+    epsilon,
+    mask_tensors,
+    noise_multiplier_for,
+    open_ledger,
+    record,
+)
+from thinwire.wire.payload import SeededSupport
 
-__all__ = ["train_private"]
+__all__ = ["PrivacyPlan", "private", "train_private"]
+
+
+class PrivacyPlan(NamedTuple):
+    """A client's DP-SGD parameters, fixed for the run."""
+
+    noise_multiplier: float  # sigma: calibrated from privacy.target_epsilon, or as configured
+    sample_rate: float  # q = B / N
+    batch_size: int  # B = min(train.batch_size, N)
+    delta: float
+    max_grad_norm: float
+    steps: int  # local DP-SGD steps per round, at batch B
+
+    @classmethod
+    def for_client(cls, experiment: Experiment, privacy: PrivacyConfig, n: int) -> PrivacyPlan:
+        """The plan of a client holding `n` examples; validates delta against n.
+
+        With a target epsilon, sigma is calibrated so that a client taking part in all
+        `train.rounds` rounds spends exactly the target; a client that takes part in fewer
+        rounds (partial participation) spends less.
+
+        Raises:
+            ValueError: delta >= 1/n, or a target no noise level can meet.
+        """
+        if not privacy.delta < 1.0 / n:
+            raise ValueError(
+                f"privacy.delta = {privacy.delta:g} must be below 1/N = 1/{n} for a client "
+                f"holding N = {n} training examples (delta is the chance of a total leak); "
+                f"use a delta below {1.0 / n:.3g}"
+            )
+        batch = min(experiment.train.batch_size, n)
+        sample_rate = batch / n
+        steps = local_steps_for(experiment.train, n)
+        sigma = privacy.noise_multiplier
+        if sigma is None:
+            if privacy.target_epsilon is None:
+                raise ValueError("privacy needs noise_multiplier or target_epsilon")
+            sigma = noise_multiplier_for(
+                target_epsilon=privacy.target_epsilon,
+                delta=privacy.delta,
+                sample_rate=sample_rate,
+                steps=experiment.train.rounds * steps,
+            )
+        return cls(sigma, sample_rate, batch, privacy.delta, privacy.max_grad_norm, steps)
+
+
+def private(
+    trainer: Trainer,
+    *,
+    plan: PrivacyPlan,
+    noise_seed: Callable[[int], int],
+    mask: Callable[[int], SeededSupport | None],
+) -> Trainer:
+    """`trainer` made differentially private: DP-SGD with its optimizer, and a ledger.
+
+    Each call runs `plan.steps` steps of `train_private` at the plan's batch B (the call's
+    batch is ignored: the accounting's q = B / N must hold every round), with `trainer`'s
+    optimizer wrapped by Opacus, noise drawn from `noise_seed(round)` on the data's device
+    and the round's shared mask `mask(round)` over the flattened `call.start`; then records
+    the steps taken in the ledger.
+
+    State: the `PrivacyLedger` (the steps at (sigma, q) so far); `spent(state)` is epsilon
+    at `plan.delta`.
+
+    Args:
+        trainer: the trainer to wrap; it must keep no state of its own (`local_sgd`).
+        plan: the client's DP-SGD parameters.
+        noise_seed: round -> the seed of that round's Gaussian noise.
+        mask: round -> the random-sparsification mask of that round, or None.
+
+    Raises:
+        ValueError: if `trainer` keeps a state (it would be lost).
+    """
+    if trainer.init() is not None:
+        raise ValueError(f"private() wraps a stateless trainer; {trainer.name!r} keeps a state")
+
+    def init() -> PrivacyLedger:
+        return open_ledger(plan.noise_multiplier, plan.sample_rate)
+
+    def train(call: TrainCall, ledger: PrivacyLedger) -> tuple[TrainStats, PrivacyLedger]:
+        taken = 0
+
+        def count_step() -> None:
+            nonlocal taken
+            taken += 1
+
+        noise = torch.Generator(device=call.x.device).manual_seed(noise_seed(call.round))
+        stats = train_private(
+            call.model,
+            call.x,
+            call.y,
+            steps=plan.steps,
+            batch_size=plan.batch_size,
+            lr=call.lr,
+            optimizer=trainer.optimizer,
+            generator=call.generator,
+            noise_multiplier=plan.noise_multiplier,
+            max_grad_norm=plan.max_grad_norm,
+            noise_generator=noise,
+            mask=mask_tensors(mask(call.round), call.start),
+            on_step=count_step,
+        )
+        ledger = record(
+            ledger,
+            noise_multiplier=plan.noise_multiplier,
+            sample_rate=plan.sample_rate,
+            steps=taken,
+        )
+        return stats, ledger
+
+    def spent(ledger: PrivacyLedger) -> float:
+        return epsilon(ledger.history, plan.delta)
+
+    return Trainer(init, train, trainer.optimizer, spent, name=f"private({trainer.name})")
 
 
 def train_private(

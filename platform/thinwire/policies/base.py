@@ -6,10 +6,12 @@ after the channel has spoken, it learns whether the update was delivered. Like c
 a policy is a NamedTuple of pure functions over an explicit state that the client threads
 through and persists (STYLE rules 1 and 4): a policy object holds no mutable data.
 
-Two further fields let a method reach beyond the send decision without flags on the client:
+A further field lets a method reach beyond the send decision without flags on the client:
 `batch_size` sets the local batch per round (CSGD grows it so that sampling noise shrinks as
-fast as the censoring threshold), and `reuses_silent` tells the server to average a silent
-client's last update in place of the one it did not send (CSGD's stale reuse).
+fast as the censoring threshold). What the server does with a policy's replies (CSGD's reuse
+of a silent client's last update, random access's slot arbitration) is the policy kind's
+*server half*, named when the kind is registered (`POLICIES.register(..., server=...)`) and
+run by the star's server (`thinwire.server.halves`), never asked of a client policy.
 """
 
 from __future__ import annotations
@@ -74,8 +76,7 @@ class Policy(NamedTuple):
     - `decide(input, state) -> (Decision, state)`, once per round the client takes part in;
     - `delivered(ok, state) -> state`, with the outcome of the last transmitted update;
     - `batch_size(round, base) -> int`: the local batch size for `round` (`base` is
-      `train.batch_size`);
-    - `reuses_silent`: the server averages a silent client's last delivered update.
+      `train.batch_size`).
     """
 
     init: Callable[[Mapping[str, torch.Tensor]], Any]
@@ -83,7 +84,6 @@ class Policy(NamedTuple):
     delivered: Callable[[bool, Any], Any]
     name: str = "policy"
     batch_size: Callable[[int, int], int] = fixed_batch
-    reuses_silent: bool = False
 
 
 class AlwaysState(NamedTuple):

@@ -146,7 +146,8 @@ def censor(
         batch_size: B_k as a function of (round, B_1) (see `batch_size_at`).
 
     Returns:
-        The `Policy` (with `reuses_silent=True`).
+        The client's `Policy`; the server's part, reusing a silent client's last update, is
+        the `censor` kind's server half (`stale_reuse`, `thinwire.server.halves`).
 
     Example:
         >>> import torch
@@ -174,4 +175,4 @@ def censor(
             return state
         return CensorState(state.pending if ok else state.last, state.pending, False)
 
-    return Policy(init, decide, delivered, name="censor", batch_size=batch_size, reuses_silent=True)
+    return Policy(init, decide, delivered, name="censor", batch_size=batch_size)

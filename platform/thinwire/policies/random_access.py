@@ -16,7 +16,7 @@ Three factories decide per round whether a client transmits (`policy.rule` in th
 - `round_robin` (rule `round_robin`): a collision-free oracle schedule that clients and
   server both derive from (round, client).
 
-Randomness: a client's coin and slot in round k are derive_seed(seed, k, ·) of its policy
+Randomness: a client's coin and slot in round k are mix(seed, k, ·) of its policy
 seed, so runs replay exactly and no global generator is touched.
 """
 
@@ -28,8 +28,8 @@ from typing import NamedTuple
 
 import torch
 
-from thinwire.codecs.support import derive_seed
 from thinwire.policies.base import Decision, Policy, PolicyInput, squared_norm
+from thinwire.seeding import mix
 
 __all__ = [
     "AccessState",
@@ -61,11 +61,11 @@ def _check_slots(slots: int) -> None:
 
 def _coin(seed: int, round: int) -> float:
     """A uniform draw in [0, 1) for the client's transmit decision in `round`."""
-    return derive_seed(seed, round, _COIN) / 2.0**64
+    return mix(seed, round, _COIN) / 2.0**64
 
 
 def _slot(seed: int, round: int, slots: int) -> int:
-    return derive_seed(seed, round, _SLOT) % slots
+    return mix(seed, round, _SLOT) % slots
 
 
 def _delivered(ok: bool, state: AccessState) -> AccessState:

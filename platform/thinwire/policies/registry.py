@@ -1,11 +1,16 @@
-"""From config to policy: the factories of thinwire's send policies, and `build_policy`.
+"""From config to policy: thinwire's send policies on the registry, and `build_policy`.
 
 `build_policy(config, context)` looks the section's `kind` up in
-`thinwire.registry.POLICIES`; importing this module registers the factories of the policy
-sections `thinwire.config` declares, and a plugin adds one with `POLICIES.register(kind,
-section=..., factory=...)` (replacing needs `force=True`; an unknown kind raises
-`ValueError` naming the registered ones, STYLE rule 12). A factory takes the config section
-and the client's `PolicyContext`.
+`thinwire.registry.POLICIES`. Importing this module registers each policy kind that
+`thinwire.config` declares with its section, its client factory and the name of its server
+half, in one call; a plugin does the same:
+
+    POLICIES.register("censor", section=CensorPolicy, factory=_censor, server="stale_reuse")
+
+(replacing needs `force=True`; an unknown kind raises `ValueError` naming the registered
+ones, STYLE rule 12). A factory takes the config section and the client's `PolicyContext`;
+the server half (`thinwire.server.halves`: "plain", "stale_reuse", "slotted") is what the
+star's server does with the kind's replies.
 
 The random_access policy's `rule` is a family of its own, `thinwire.registry.ACCESS_RULES`:
 a rule's factory takes its section, the client's `PolicyContext` and the slots per round,
@@ -86,8 +91,10 @@ ACCESS_RULES.register("round_robin", section=RoundRobinAccessRule, factory=_roun
 
 
 POLICIES.register("always", section=AlwaysSend, factory=lambda config, context: always())
-POLICIES.register("censor", section=CensorPolicy, factory=_censor)
-POLICIES.register("random_access", section=RandomAccessPolicy, factory=_random_access)
+POLICIES.register("censor", section=CensorPolicy, factory=_censor, server="stale_reuse")
+POLICIES.register(
+    "random_access", section=RandomAccessPolicy, factory=_random_access, server="slotted"
+)
 
 
 def build_policy(config: Any, context: PolicyContext) -> Policy:

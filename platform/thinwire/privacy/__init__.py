@@ -8,8 +8,9 @@
 - the analysis (`analysis`): epsilon of a ledger's history and the noise multiplier for a
   target epsilon (Opacus's RDP analysis).
 
-The DP trainer that uses them is `thinwire.learning.train_private`; the client records its
-steps in its ledger and reports epsilon every round.
+The DP trainer that uses them is `thinwire.learning.train_private`, and the trainer wrapper
+`thinwire.learning.private` records its steps in the ledger it keeps as its state; the
+client reports epsilon every round.
 
 Example:
     >>> ledger = record(open_ledger(1.1, 0.01), noise_multiplier=1.1, sample_rate=0.01,

@@ -7,7 +7,7 @@ gradient and in the noise, so the round's update lives on the kept coordinates.
 
 The mask is public randomness: for round k it is the first n - floor(r_k n) images of a
 seeded permutation of [0, n) (`thinwire.codecs.support.seeded_indices`), seeded by
-derive_seed(experiment seed, k). Every client of a round uses the same mask, and the uplink
+dp_mask_seed(experiment seed, k). Every client of a round uses the same mask, and the uplink
 can send only the kept values with the seed in place of indices (the `shared_mask`
 selector). The method refreshes its mask once per epoch; in federated training we refresh
 it once per round, the unit at which updates travel.
@@ -22,14 +22,12 @@ from typing import assert_never
 
 import torch
 
-from thinwire.codecs.support import derive_seed, seeded_indices
+from thinwire.codecs.support import seeded_indices
 from thinwire.config import RandomSparsification
+from thinwire.seeding import dp_mask_seed
 from thinwire.wire.payload import SeededSupport, SeedScheme
 
 __all__ = ["drop_rate", "mask_tensors", "round_mask"]
-
-_MASK_STREAM = 0x6D61736B
-"""Seed stream of the masks ("mask"), apart from every other use of the experiment seed."""
 
 
 def drop_rate(config: RandomSparsification, round: int, rounds: int) -> float:
@@ -56,7 +54,7 @@ def round_mask(seed: int, round: int, n: int, rate: float) -> SeededSupport | No
 
     floor(rate * n) coordinates are dropped (rounded to 6 decimals first, so binary noise
     does not drop one more); the kept ones are a `SeededSupport` of count
-    n - floor(rate * n) seeded by derive_seed(seed, stream, round). None when nothing is
+    n - floor(rate * n) seeded by dp_mask_seed(seed, round). None when nothing is
     dropped (every coordinate kept).
 
     Args:
@@ -73,7 +71,7 @@ def round_mask(seed: int, round: int, n: int, rate: float) -> SeededSupport | No
     dropped = math.floor(builtins.round(rate * n, 6))  # `round` is the round number here
     if dropped == 0:
         return None
-    return SeededSupport(derive_seed(seed, _MASK_STREAM, round), SeedScheme.RANDOM_K, n - dropped)
+    return SeededSupport(dp_mask_seed(seed, round), SeedScheme.RANDOM_K, n - dropped)
 
 
 def mask_tensors(
