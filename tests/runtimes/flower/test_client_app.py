@@ -19,9 +19,9 @@ from flwr.common.constant import ErrorCode
 from flwr.supercore.task_identity import TaskIdentity
 
 from thinwire.clients import Client
-from thinwire.clients import client as client_module
 from thinwire.config import Experiment, parse_config
 from thinwire.learning import evaluate, load_federation, simulation_threads
+from thinwire.learning import trainer as trainer_module
 from thinwire.runtimes.flower import client_app, partition
 from thinwire.runtimes.flower.client_app import app
 from thinwire.runtimes.flower.messages import (
@@ -221,7 +221,7 @@ def test_it_trains_and_evaluates_on_the_simulators_thread_count(
 
         return call
 
-    monkeypatch.setattr(client_module, "train_local", counted(client_module.train_local))
+    monkeypatch.setattr(trainer_module, "train_local", counted(trainer_module.train_local))
     monkeypatch.setattr(client_app, "evaluate_model", counted(client_app.evaluate_model))
     before = torch.get_num_threads()
     torch.set_num_threads(2)  # a 2-core node's default: the simulator runs on 1 thread here
