@@ -25,7 +25,7 @@ Example:
     10
 """
 
-from thinwire.learning.datasets import DATASETS, ClientSplit, Dataset, DatasetError, load_dataset
+from thinwire.learning.datasets import ClientSplit, Dataset, DatasetError, load_dataset
 from thinwire.learning.device import resolve_device
 from thinwire.learning.federation import Federation, load_federation
 from thinwire.learning.model_state import (
@@ -56,7 +56,6 @@ from thinwire.learning.train import (
 from thinwire.learning.workspace import Workspace
 
 __all__ = [
-    "DATASETS",
     "ClientSplit",
     "Dataset",
     "DatasetError",
