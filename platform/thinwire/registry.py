@@ -31,6 +31,10 @@ only the role that builds an object needs its factory, and the core may not impo
 A plugin does both in one `register` call; its module is imported before validation, from
 an experiment's `plugins:` list or the `thinwire.plugins` entry points (`thinwire.plugins`).
 
+A family whose YAML is a plain name, not a section (`dataset: digits`), is a `NameRegistry`
+(`DATASETS`): the same declare / register split, with a small entry (`DatasetEntry`) in place
+of the section, and `Annotated[str, DATASETS]` as the field type.
+
 Adding a family: one `Registry` below, the field typed `Annotated[Kinded, FAMILY]` with a
 default section, `@FAMILY.declare` on each built-in section, and `FAMILY.register(...)` next
 to each method; the builder calls `FAMILY.factory(section.kind)(section, ...)`.
