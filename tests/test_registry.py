@@ -197,12 +197,10 @@ def test_every_declared_kind_of_every_family_has_a_factory_once_its_builders_loa
     import thinwire.learning
     import thinwire.policies
     import thinwire.runtimes.ddp
-    import thinwire.runtimes.flower
     import thinwire.runtimes.run_folder
     import thinwire.server
     import thinwire.topologies.graph
-    import thinwire.topologies.methods
-    import thinwire.topologies.runtime  # noqa: F401
+    import thinwire.topologies.methods  # noqa: F401
 
     for family, registry in registries().items():
         for kind in registry.kinds():

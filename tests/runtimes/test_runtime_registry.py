@@ -7,9 +7,7 @@ import pytest
 from star_helpers import tiny_experiment
 from typer.testing import CliRunner
 
-import thinwire.runtimes.ddp
-import thinwire.runtimes.flower
-import thinwire.topologies.runtime  # noqa: F401  (the built-ins, before a fixture saves them)
+import thinwire.runtimes.ddp  # noqa: F401  (registers ddp before a fixture saves the entries)
 from thinwire.cli import app
 from thinwire.config import ConfigError, Section, parse_config
 from thinwire.registry import RUNTIMES

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple, NoReturn
+from typing import NamedTuple
 
 import grpc
 import torch
@@ -43,7 +43,6 @@ from thinwire.checkpoint import (
 )
 from thinwire.config import Experiment, GossipRuntime
 from thinwire.learning import Evaluation, evaluate, flatten, load_federation, unflatten
-from thinwire.registry import RUNTIMES
 from thinwire.topologies.graph.schedule import GraphSchedule
 from thinwire.topologies.methods.node import GossipNode
 from thinwire.topologies.methods.registry import build_node
@@ -325,16 +324,3 @@ def summarize_peers(
         dataset.input_shape,
         dataset.num_classes,
     )
-
-
-def _refuse_run(section: Any, experiment: Any, options: Any) -> NoReturn:
-    # `thinwire run` is one process; gossip peers are one process per node.
-    del section, experiment, options
-    raise ValueError(
-        "runtime.kind is 'gossip': each node runs as a `thinwire peer --node i` process and "
-        "`thinwire peer --report` writes the run folder; to simulate the peers in one "
-        "process, leave runtime.kind at simulation with the topology"
-    )
-
-
-RUNTIMES.register("gossip", section=GossipRuntime, factory=_refuse_run)

@@ -4,7 +4,7 @@
 experiment's runtime (`runtime.kind`) as it registered itself in `RUNTIMES`: `run(section,
 experiment, RunOptions) -> RunOutcome`. The simulation registers here; `ddp` launches its
 ranks (`thinwire.runtimes.ddp`); Flower and gossip peers run as several commands, so their
-entries refuse and name them. A plugin runtime registers the same way and may use
+entries (here too) refuse and name them. A plugin runtime registers the same way and may use
 `record_run` for the folder. `thinwire run --resume` calls `resume_run`.
 
 Every run leaves the same folder (`thinwire.metrics.RunRecorder`): records, summary with
@@ -25,7 +25,13 @@ from typing import Any, Literal, NamedTuple
 import torch
 
 from thinwire.checkpoint import latest_checkpoint
-from thinwire.config import Experiment, SimulationRuntime, load_config
+from thinwire.config import (
+    Experiment,
+    FlowerRuntime,
+    GossipRuntime,
+    SimulationRuntime,
+    load_config,
+)
 from thinwire.learning import save_model
 from thinwire.metrics import RoundProgress, RoundRecord, RunRecorder, schema
 from thinwire.registry import RUNTIMES
@@ -120,11 +126,9 @@ def record_run(experiment: Experiment, options: RunOptions, drive: Drive) -> Run
 
 
 def _import_builtin_runtimes() -> None:
-    # Each built-in runtime registers its entry where it lives; imported only to run, so
-    # that importing this module loads neither torch.distributed nor gRPC.
-    import thinwire.runtimes.ddp
-    import thinwire.runtimes.flower
-    import thinwire.topologies.runtime  # noqa: F401
+    # ddp registers its entry where it lives; imported only to run, so that importing
+    # this module does not load torch.distributed.
+    import thinwire.runtimes.ddp  # noqa: F401
 
 
 def _run_simulation(section: Any, experiment: Experiment, options: RunOptions) -> RunOutcome:
@@ -134,7 +138,35 @@ def _run_simulation(section: Any, experiment: Experiment, options: RunOptions) -
     )
 
 
+def _several_processes(message: str) -> Callable[[Any, Experiment, RunOptions], RunOutcome]:
+    def refuse(section: Any, experiment: Experiment, options: RunOptions) -> RunOutcome:
+        del section, experiment, options
+        raise ValueError(message)
+
+    return refuse
+
+
 RUNTIMES.register("simulation", section=SimulationRuntime, factory=_run_simulation)
+# Runtimes of several processes, which `thinwire run` (one process) cannot start; their
+# entries name the commands that do. Registered here, not in their packages, which would
+# make this package and theirs import each other.
+RUNTIMES.register(
+    "flower",
+    section=FlowerRuntime,
+    factory=_several_processes(
+        "runtime.kind is 'flower': a Flower deployment runs as several processes; run it "
+        "with `thinwire server` and one `thinwire client --partition i` per client"
+    ),
+)
+RUNTIMES.register(
+    "gossip",
+    section=GossipRuntime,
+    factory=_several_processes(
+        "runtime.kind is 'gossip': each node runs as a `thinwire peer --node i` process and "
+        "`thinwire peer --report` writes the run folder; to simulate the peers in one "
+        "process, leave runtime.kind at simulation with the topology"
+    ),
+)
 
 
 def resume_run(
