@@ -31,9 +31,7 @@ only the role that builds an object needs its factory, and the core may not impo
 A plugin does both in one `register` call; its module is imported before validation, from
 an experiment's `plugins:` list or the `thinwire.plugins` entry points (`thinwire.plugins`).
 
-A family whose YAML is a plain name, not a section (`dataset: digits`), is a `NameRegistry`
-(`DATASETS`): the same declare / register split, with a small entry (`DatasetEntry`) in place
-of the section, and `Annotated[str, DATASETS]` as the field type.
+A family whose YAML is a plain name (`dataset: digits`) is a `NameRegistry` (`DATASETS`).
 
 Adding a family: one `Registry` below, the field typed `Annotated[Kinded, FAMILY]` with a
 default section, `@FAMILY.declare` on each built-in section, and `FAMILY.register(...)` next
@@ -296,27 +294,20 @@ class DatasetEntry(NamedTuple):
     layout: str = ""
     """What `data.root` must hold, or where the data come from (the config reference)."""
     loader: Any = None
-    """`loader(DataConfig, seed) -> Dataset` (`thinwire.learning.datasets`); None while only
-    declared."""
+    """`loader(DataConfig, seed) -> Dataset`; None while only declared."""
 
 
 class NameRegistry:
     """Name-only kinds: a plain name in YAML (`dataset: digits`), not a section with a kind.
 
-    The same split as `Registry`: the config declares a built-in name (`declare`, light) so
-    it validates in every process; the module that loads it registers its loader and
-    layout (`register`), which is also the one call a plugin makes.
-
-    Args:
-        family: what a name of this family is called in messages ("dataset").
+    The same split as `Registry`: the config declares a built-in name (`declare`, light);
+    the module that loads it registers its loader and layout (`register`, also the one
+    call a plugin makes). As a field type, `Annotated[str, DATASETS]`.
     """
 
     def __init__(self, family: str) -> None:
         self.family = family
         self._entries: dict[str, DatasetEntry] = {}
-
-    def __repr__(self) -> str:
-        return f"NameRegistry({self.family!r}: {', '.join(self._entries)})"
 
     def declare(self, name: str, *, reads_files: bool) -> None:
         """Makes `name` validate; its loader is registered later, where it lives."""
@@ -330,7 +321,7 @@ class NameRegistry:
         """Makes `name` validate and load with `loader`.
 
         Raises:
-            ValueError: if `name` is taken (has a loader, or was declared otherwise) and
+            ValueError: `name` is taken (it has a loader, or was declared otherwise) and
                 `force` is not set.
         """
         if not isinstance(name, str) or not name:
@@ -348,45 +339,33 @@ class NameRegistry:
         plugins.load_entry_points()
         return tuple(sorted(self._entries))
 
-    def entry(self, name: str) -> DatasetEntry:
-        """What `name` stands for.
-
-        Raises:
-            ValueError: for a name nobody declared or registered.
-        """
-        entry = self._entries.get(name)
-        if entry is None:
-            raise ValueError(
-                f"unknown {self.family} {name!r}; expected one of {', '.join(self.kinds())}"
-            )
-        return entry
-
-    def loader(self, name: str) -> Any:
-        """The loader of `name`.
-
-        Raises:
-            ValueError: for an unknown name, or one only declared.
-        """
-        loader = self.entry(name).loader
-        if loader is None:
-            raise ValueError(
-                f"{self.family} {name!r} validates but has no loader: import the module that "
-                "registers it"
-            )
-        return loader
-
     def entries(self) -> Mapping[str, DatasetEntry]:
         """Every name and its entry, in the order they were first declared or registered."""
         plugins.load_entry_points()
         return dict(self._entries)
 
-    # --- the pydantic field type: `Annotated[str, DATASETS]` ------------------------------
+    def entry(self, name: str) -> DatasetEntry:
+        """What `name` stands for; ValueError naming the registered ones if nobody did."""
+        entry = self.entries().get(name)
+        if entry is None:
+            raise ValueError(
+                f"unknown {self.family} {name!r}; expected one of " + ", ".join(self.kinds())
+            )
+        return entry
+
+    def loader(self, name: str) -> Any:
+        """The loader of `name`; ValueError for an unknown name or one only declared."""
+        loader = self.entry(name).loader
+        if loader is None:
+            raise ValueError(f"{self.family} {name!r} has no loader: import its module")
+        return loader
 
     def _validate_name(self, name: str) -> str:
-        plugins.load_entry_points()
-        if name not in self._entries:
-            message = f"unknown {self.family} {name!r}; expected one of {', '.join(self.kinds())}"
-            raise PydanticCustomError("unknown_name", message.replace("{", "(").replace("}", ")"))
+        try:
+            self.entry(name)
+        except ValueError as exc:  # braces would be read as template fields
+            message = str(exc).replace("{", "(").replace("}", ")")
+            raise PydanticCustomError("unknown_name", message) from None
         return name
 
     def __get_pydantic_core_schema__(
