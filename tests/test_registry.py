@@ -196,6 +196,8 @@ def test_every_declared_kind_of_every_family_has_a_factory_once_its_builders_loa
     import thinwire.codecs
     import thinwire.learning
     import thinwire.policies
+    import thinwire.runtimes.ddp
+    import thinwire.runtimes.run_folder
     import thinwire.server
     import thinwire.topologies.graph
     import thinwire.topologies.methods  # noqa: F401

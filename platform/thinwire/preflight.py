@@ -28,7 +28,7 @@ from typing import TypeVar
 import torch
 
 from thinwire.codecs.model import ModelCodec
-from thinwire.config import FILE_DATASETS, ConfigError, Experiment
+from thinwire.config import ConfigError, Experiment
 from thinwire.learning import (
     Dataset,
     DatasetError,
@@ -40,6 +40,7 @@ from thinwire.learning import (
     load_dataset,
     resolve_device,
 )
+from thinwire.registry import DATASETS
 
 __all__ = ["preflight", "writable_folder"]
 
@@ -96,7 +97,8 @@ def preflight(experiment: Experiment, source: str) -> None:
     if why is not None:
         problems.lines.append(f"output: {why}")
     problems.stage("train.device", lambda: resolve_device(experiment.train.device))
-    data_field = "data.root" if experiment.data.dataset in FILE_DATASETS else "data.dataset"
+    reads_files = DATASETS.entry(experiment.data.dataset).reads_files
+    data_field = "data.root" if reads_files else "data.dataset"
     dataset = problems.stage(
         data_field, lambda: load_dataset(experiment.data, seed=experiment.seed)
     )

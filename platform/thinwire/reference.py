@@ -23,9 +23,9 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+import thinwire.learning.datasets  # noqa: F401  (registers the data sets' layouts)
 from thinwire.config import Experiment
-from thinwire.learning.datasets import DATA_LAYOUTS
-from thinwire.registry import Registry
+from thinwire.registry import DATASETS, NameRegistry, Registry
 
 __all__ = ["Entry", "SectionDoc", "find", "reference_markdown", "sections"]
 
@@ -113,9 +113,14 @@ def reference_markdown() -> str:
                 cells = [f"`{name}`", _cell(e.type), _cell(e.default), _cell(e.range), e.doc]
                 lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
             lines.append("")
-    lines += ["## Data layouts", "", "What `data.root` must hold for each `data.dataset`.", ""]
-    for name, layout in DATA_LAYOUTS.items():
-        lines += [f"- **{name}**: {layout}"]
+    lines += [
+        "## Data layouts",
+        "",
+        "Every registered `data.dataset`, and what `data.root` must hold for it.",
+        "",
+    ]
+    for name, entry in DATASETS.entries().items():
+        lines += [f"- **{name}**: {entry.layout}"]
     return "\n".join(lines) + "\n"
 
 
@@ -157,7 +162,7 @@ def _kind(model: type[BaseModel]) -> str | None:
 
 def _annotation(field: FieldInfo) -> Any:
     # pydantic moves a field's Annotated metadata (a Registry among it) onto the FieldInfo.
-    if any(isinstance(item, Registry) for item in field.metadata):
+    if any(isinstance(item, Registry | NameRegistry) for item in field.metadata):
         return typing.Annotated[(field.annotation, *field.metadata)]
     return field.annotation
 
@@ -185,6 +190,9 @@ def _type(annotation: Any) -> str:
         inner, *metadata = typing.get_args(annotation)
         if any(isinstance(m, Registry) for m in metadata):
             return "section, kind " + " | ".join(str(_kind(m)) for m in _models(annotation))
+        names = next((m for m in metadata if isinstance(m, NameRegistry)), None)
+        if names is not None:
+            return " | ".join(names.entries())  # every name registered now, plugins included
         bound = _bounds(metadata)
         return f"{_type(inner)} ({bound})" if bound else _type(inner)
     if origin in (typing.Union, types.UnionType):

@@ -31,6 +31,8 @@ only the role that builds an object needs its factory, and the core may not impo
 A plugin does both in one `register` call; its module is imported before validation, from
 an experiment's `plugins:` list or the `thinwire.plugins` entry points (`thinwire.plugins`).
 
+A family whose YAML is a plain name (`dataset: digits`) is a `NameRegistry` (`DATASETS`).
+
 Adding a family: one `Registry` below, the field typed `Annotated[Kinded, FAMILY]` with a
 default section, `@FAMILY.declare` on each built-in section, and `FAMILY.register(...)` next
 to each method; the builder calls `FAMILY.factory(section.kind)(section, ...)`.
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ACCESS_RULES",
     "AGGREGATION_RULES",
+    "DATASETS",
     "FEEDBACKS",
     "GOSSIP",
     "GRAPHS",
@@ -66,10 +69,13 @@ __all__ = [
     "POLICIES",
     "PolicyRegistry",
     "QUANTIZERS",
+    "RUNTIMES",
     "SCHEDULES",
     "SELECTORS",
     "TRANSFORMS",
+    "DatasetEntry",
     "Kinded",
+    "NameRegistry",
     "Registry",
     "registries",
 ]
@@ -286,6 +292,100 @@ def _dump(value: Any, info: core_schema.SerializationInfo) -> Any:
 _ALL: list[Registry[Any]] = []
 
 
+class DatasetEntry(NamedTuple):
+    """What a `data.dataset` name stands for."""
+
+    reads_files: bool
+    """Whether it reads files from `data.root` (which it then requires, and others refuse)."""
+    layout: str = ""
+    """What `data.root` must hold, or where the data come from (the config reference)."""
+    loader: Any = None
+    """`loader(DataConfig, seed) -> Dataset`; None while only declared."""
+
+
+class NameRegistry:
+    """Name-only kinds: a plain name in YAML (`dataset: digits`), not a section with a kind.
+
+    The same split as `Registry`: the config declares a built-in name (`declare`, light);
+    the module that loads it registers its loader and layout (`register`, also the one
+    call a plugin makes). As a field type, `Annotated[str, DATASETS]`.
+    """
+
+    def __init__(self, family: str) -> None:
+        self.family = family
+        self._entries: dict[str, DatasetEntry] = {}
+
+    def declare(self, name: str, *, reads_files: bool) -> None:
+        """Makes `name` validate; its loader is registered later, where it lives."""
+        if name in self._entries:
+            raise ValueError(f"{self.family} {name!r} is already declared")
+        self._entries[name] = DatasetEntry(reads_files)
+
+    def register(
+        self, name: str, *, reads_files: bool, layout: str, loader: Any, force: bool = False
+    ) -> None:
+        """Makes `name` validate and load with `loader`.
+
+        Raises:
+            ValueError: `name` is taken (it has a loader, or was declared otherwise) and
+                `force` is not set.
+        """
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a {self.family} name must be a non-empty string, got {name!r}")
+        entry = self._entries.get(name)
+        taken = entry is not None and (entry.loader is not None or entry.reads_files != reads_files)
+        if taken and not force:
+            raise ValueError(
+                f"{self.family} {name!r} is already registered; pass force=True to replace it"
+            )
+        self._entries[name] = DatasetEntry(reads_files, layout, loader)
+
+    def kinds(self) -> tuple[str, ...]:
+        """The names that validate, sorted."""
+        plugins.load_entry_points()
+        return tuple(sorted(self._entries))
+
+    def entries(self) -> Mapping[str, DatasetEntry]:
+        """Every name and its entry, in the order they were first declared or registered."""
+        plugins.load_entry_points()
+        return dict(self._entries)
+
+    def entry(self, name: str) -> DatasetEntry:
+        """What `name` stands for; ValueError naming the registered ones if nobody did."""
+        entry = self.entries().get(name)
+        if entry is None:
+            raise ValueError(
+                f"unknown {self.family} {name!r}; expected one of " + ", ".join(self.kinds())
+            )
+        return entry
+
+    def loader(self, name: str) -> Any:
+        """The loader of `name`; ValueError for an unknown name or one only declared."""
+        loader = self.entry(name).loader
+        if loader is None:
+            raise ValueError(f"{self.family} {name!r} has no loader: import its module")
+        return loader
+
+    def _validate_name(self, name: str) -> str:
+        try:
+            self.entry(name)
+        except ValueError as exc:  # braces would be read as template fields
+            message = str(exc).replace("{", "(").replace("}", ")")
+            raise PydanticCustomError("unknown_name", message) from None
+        return name
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        # A plain string, checked against the names registered when it is validated.
+        return core_schema.no_info_after_validator_function(self._validate_name, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {**handler(schema), "enum": list(self.entries())}
+
+
 def registries() -> Mapping[str, Registry[Any]]:
     """Every family's registry, by family name."""
     return {registry.family: registry for registry in _ALL}
@@ -375,3 +475,12 @@ SCHEDULES: Registry[Callable[[Any, float, int, int], float]] = Registry("schedul
 GRAPHS: Registry[Callable[[Any, int, int, int], Any]] = Registry("topology")
 MIXINGS: Registry[Callable[[Any, Any], Any]] = Registry("mixing")
 GOSSIP: Registry[Callable[[Any, Any], Any]] = Registry("gossip method")
+
+# Data sets (`data.dataset`, a plain name): loaders `(DataConfig, seed) -> Dataset`
+# (thinwire.learning.datasets).
+DATASETS = NameRegistry("dataset")
+
+# Runtimes, as `thinwire run` starts them: `run(section, experiment, RunOptions) ->
+# RunOutcome` writes the run folder (thinwire.runtimes.run_folder); a runtime that runs as
+# several commands (Flower, gossip peers) raises ValueError naming them.
+RUNTIMES: Registry[Callable[[Any, Any, Any], Any]] = Registry("runtime")

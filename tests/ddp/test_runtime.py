@@ -136,3 +136,15 @@ def test_a_killed_rank_stops_the_run_with_a_clear_error(tmp_path):
     assert "rank" in err and ("died" in err or "failed" in err), err
     assert time.monotonic() - killed_at < 45
     assert not any(Path(f"/proc/{pid}").exists() for pid in victims)
+
+
+def test_thinwire_run_of_a_ddp_file_launches_one_rank_per_client(tmp_path):
+    config = tmp_path / "exp.yaml"
+    config.write_text(yaml.safe_dump(experiment_raw(tmp_path)))
+    proc = _thinwire("run", str(config), "-q")
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    (run,) = (tmp_path / "runs").iterdir()
+    assert yaml.safe_load((run / "config.yaml").read_text())["runtime"]["kind"] == "ddp"
+    assert len(load_records(run)) == 3
+    assert "uplink bytes" in out

@@ -1,16 +1,62 @@
-import typing
-
 import pytest
 import torch
 from sklearn.datasets import load_digits
 
 from thinwire.config import ConfigError, DataConfig, parse_config
-from thinwire.learning import DATASETS, Dataset, DatasetError, load_dataset
+from thinwire.learning import Dataset, DatasetError, load_dataset, load_federation
+from thinwire.registry import DATASETS
+from thinwire.runtimes.simulation import simulate
 
 
-def test_every_configurable_dataset_has_a_loader():
-    names = typing.get_args(DataConfig.model_fields["dataset"].annotation)
-    assert set(DATASETS) == set(names)
+def test_every_declared_dataset_has_a_loader_and_a_layout():
+    assert DATASETS.kinds() == ("cifar10", "digits", "fashion_mnist", "mnist", "synthetic")
+    for name, entry in DATASETS.entries().items():
+        assert callable(DATASETS.loader(name)) and entry.layout, name
+
+
+def test_an_unknown_dataset_names_the_registered_ones():
+    with pytest.raises(ConfigError, match="unknown dataset 'imagenet'; expected one of cifar10, "):
+        parse_config({"name": "x", "data": {"dataset": "imagenet"}})
+
+
+@pytest.fixture
+def blobs():
+    """A registered data set of its own: four Gaussian blobs in 2-D, generated from the seed."""
+
+    def load(config: DataConfig, seed: int) -> Dataset:
+        generator = torch.Generator().manual_seed(seed)
+        y = torch.arange(400) % 4
+        x = torch.randn(400, 2, generator=generator) * 0.3 + torch.stack([y % 2, y // 2], 1)
+        return Dataset("blobs", x[:320], y[:320], x[320:], y[320:], 4, (2,))
+
+    saved = dict(DATASETS._entries)
+    DATASETS.register("blobs", reads_files=False, layout="Generated in memory.", loader=load)
+    yield
+    DATASETS._entries = saved
+
+
+def test_a_registered_dataset_validates_and_trains_through_load_federation(blobs):
+    experiment = parse_config(
+        {
+            "name": "blobs",
+            "data": {"dataset": "blobs", "clients": 4},
+            "model": {"kind": "logreg"},
+            "train": {"rounds": 5, "local_steps": 10, "lr": 0.5, "device": "cpu"},
+        }
+    )
+    assert experiment.model_dump(mode="json")["data"]["dataset"] == "blobs"
+    federation = load_federation(experiment)
+    assert federation.dataset.input_shape == (2,) and len(federation.partitions) == 4
+    run = simulate(experiment)
+    assert run.records[-1]["accuracy"] > 0.5
+    only = "data.root applies only to mnist, fashion_mnist, cifar10"
+    with pytest.raises(ConfigError, match=only):
+        parse_config({"name": "x", "data": {"dataset": "blobs", "root": "."}})
+
+
+def test_registering_a_taken_dataset_needs_force():
+    with pytest.raises(ValueError, match="already registered; pass force=True"):
+        DATASETS.register("digits", reads_files=False, layout="", loader=lambda c, s: None)
 
 
 def test_digits_are_8x8_images_in_the_unit_interval():

@@ -1,4 +1,4 @@
-"""`thinwire run` and `validate`: simulated experiments, single runs and sweeps."""
+"""`thinwire run` and `validate`: experiments on their runtime, single runs and sweeps."""
 
 from __future__ import annotations
 
@@ -69,12 +69,15 @@ def run(
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
 ) -> None:
-    """Run an experiment in simulation and write its run folder.
+    """Run an experiment on its runtime (the simulation by default) and write its run folder.
 
     With seeds or a grid (in the file or as options), each run gets a folder of its own in
     one sweep folder, compared at the end. On a terminal a progress bar shows the live
-    round; elsewhere (nohup, a batch system) each round prints one line.
+    round; elsewhere (nohup, a batch system) each round prints one line. A ddp experiment
+    launches one local rank per client; Flower and gossip peers run as several commands
+    (`thinwire server` / `client`, `thinwire peer`).
     """
+    from thinwire.runtimes.ddp import RankFailure
     from thinwire.runtimes.run_folder import resume_run, run_experiment
 
     mode: Literal["bar", "lines", "off"] = (
@@ -98,6 +101,8 @@ def run(
             outcome = run_experiment(experiment, progress=mode, tensorboard=tensorboard)
         except (ValueError, ImportError) as exc:
             fail(str(exc))
+        except RankFailure as exc:  # a ddp rank died: as `thinwire ddp` reports it
+            fail(str(exc), code=1)
     title = yaml.safe_load((outcome.dir / "config.yaml").read_text())["name"]
     console.print(run_table(f"{title} ({outcome.dir})", outcome.summary))
 

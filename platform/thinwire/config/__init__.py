@@ -76,7 +76,6 @@ from thinwire.config._gossip import (
 )
 from thinwire.config._learning import (
     CNN,
-    FILE_DATASETS,
     MLP,
     SGD,
     Adam,
@@ -193,7 +192,6 @@ __all__ = [
     "ExactGossip",
     "Experiment",
     "ExponentialTopology",
-    "FILE_DATASETS",
     "Feedback",
     "FixedBatch",
     "FlowerRuntime",

@@ -16,7 +16,7 @@ from thinwire.config._base import (
     PositiveInt,
     Section,
 )
-from thinwire.registry import MODELS, OPTIMIZERS, PARTITIONS, SCHEDULES, Kinded
+from thinwire.registry import DATASETS, MODELS, OPTIMIZERS, PARTITIONS, SCHEDULES, Kinded
 
 
 @PARTITIONS.declare
@@ -61,16 +61,22 @@ class SyntheticData(Section):
     """Median client size; sizes are lognormal around it (at least 10 per client)."""
 
 
-FILE_DATASETS = ("mnist", "fashion_mnist", "cifar10")
+# thinwire's own data sets validate in every process; `thinwire.learning.datasets`
+# registers their loaders and layouts.
+DATASETS.declare("digits", reads_files=False)
+DATASETS.declare("synthetic", reads_files=False)
+DATASETS.declare("mnist", reads_files=True)
+DATASETS.declare("fashion_mnist", reads_files=True)
+DATASETS.declare("cifar10", reads_files=True)
 
 
 class DataConfig(Section):
     """Which data, split over how many clients, and how."""
 
-    dataset: Literal["digits", "synthetic", "mnist", "fashion_mnist", "cifar10"] = "digits"
-    """Which data set (layouts for the file-based ones at the end of this page)."""
+    dataset: Annotated[str, DATASETS] = "digits"
+    """Which registered data set (the names and their layouts are at the end of this page)."""
     root: Path | None = None
-    """Folder holding the files of mnist / fashion_mnist / cifar10 (never downloaded)."""
+    """Folder holding the files of a data set that reads files (never downloaded)."""
     clients: PositiveInt = 10
     """Clients of the star, or nodes of the gossip graph."""
     partition: Partition = IIDPartition()
@@ -80,10 +86,12 @@ class DataConfig(Section):
 
     @model_validator(mode="after")
     def _dataset_fields(self) -> DataConfig:
-        if self.dataset in FILE_DATASETS and self.root is None:
+        reads_files = DATASETS.entry(self.dataset).reads_files
+        if reads_files and self.root is None:
             raise ValueError(f"dataset {self.dataset!r} reads local files: set data.root")
-        if self.dataset not in FILE_DATASETS and self.root is not None:
-            raise ValueError(f"data.root applies only to {', '.join(FILE_DATASETS)}")
+        if not reads_files and self.root is not None:
+            files = [name for name, entry in DATASETS.entries().items() if entry.reads_files]
+            raise ValueError(f"data.root applies only to {', '.join(files)}")
         if self.synthetic is not None and self.dataset != "synthetic":
             raise ValueError("data.synthetic applies only to dataset 'synthetic'")
         if self.dataset == "synthetic" and self.partition != IIDPartition():

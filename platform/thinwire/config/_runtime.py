@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from thinwire.config._base import NonNegativeFloat, PositiveFloat, PositiveInt, Section
+from thinwire.registry import RUNTIMES, Kinded
 
 
 class ChannelConfig(Section):
@@ -26,6 +27,7 @@ class ChannelConfig(Section):
     """Duration of one random-access slot."""
 
 
+@RUNTIMES.declare
 class SimulationRuntime(Section):
     """Every role in one process."""
 
@@ -74,6 +76,7 @@ class TLSFiles(Section):
     """Require a client certificate from every pusher and bind it to the claimed node id."""
 
 
+@RUNTIMES.declare
 class GossipRuntime(Section):
     """One `thinwire peer` process per graph node, each serving the gRPC `Gossip` service.
 
@@ -130,6 +133,7 @@ class GossipRuntime(Section):
         return self
 
 
+@RUNTIMES.declare
 class FlowerRuntime(Section):
     """The star on Flower's deployment engine: one SuperLink, one SuperNode per client.
 
@@ -170,6 +174,7 @@ class FlowerRuntime(Section):
         return self
 
 
+@RUNTIMES.declare
 class DDPRuntime(Section):
     """The star's clients as ranks of a torch.distributed job (`thinwire ddp`).
 
@@ -189,6 +194,5 @@ class DDPRuntime(Section):
     """Process-group timeout: how long a rank waits in a collective for a silent peer."""
 
 
-Runtime = Annotated[
-    SimulationRuntime | GossipRuntime | FlowerRuntime | DDPRuntime, Field(discriminator="kind")
-]
+Runtime = Annotated[Kinded, RUNTIMES]
+"""Any registered runtime (each registers how `thinwire run` starts it, where it lives)."""

@@ -26,7 +26,7 @@ Example:
     10
 """
 
-from thinwire.learning.datasets import DATASETS, ClientSplit, Dataset, DatasetError, load_dataset
+from thinwire.learning.datasets import ClientSplit, Dataset, DatasetError, load_dataset
 from thinwire.learning.device import resolve_device
 from thinwire.learning.federation import Federation, load_federation
 from thinwire.learning.model_state import (
@@ -58,7 +58,6 @@ from thinwire.learning.trainer import TrainCall, Trainer, local_sgd
 from thinwire.learning.workspace import Workspace
 
 __all__ = [
-    "DATASETS",
     "ClientSplit",
     "Dataset",
     "DatasetError",

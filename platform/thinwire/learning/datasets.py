@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,8 +28,9 @@ from thinwire.learning._cifar import BINARY_FILES, PYTHON_FILES, load_cifar10
 from thinwire.learning._files import DatasetError
 from thinwire.learning._idx import IDX_FILES, load_idx_dataset
 from thinwire.learning._synthetic import generate_synthetic
+from thinwire.registry import DATASETS
 
-__all__ = ["DATASETS", "DATA_LAYOUTS", "ClientSplit", "Dataset", "DatasetError", "load_dataset"]
+__all__ = ["ClientSplit", "Dataset", "DatasetError", "load_dataset"]
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ def load_dataset(config: DataConfig, *, seed: int) -> Dataset:
         >>> data.input_shape, data.num_classes, len(data.y_train) + len(data.y_test)
         ((1, 8, 8), 10, 1797)
     """
-    dataset = _LOADERS[config.dataset](config, seed)
+    dataset: Dataset = DATASETS.loader(config.dataset)(config, seed)
     logger.info(
         "loaded %s: %d train / %d test examples, input %s, %d classes",
         dataset.name,
@@ -186,32 +187,45 @@ def _cifar10(config: DataConfig, seed: int) -> Dataset:
     return Dataset("cifar10", x_train, y_train, x_test, y_test, 10, (3, 32, 32))
 
 
-_LOADERS: Mapping[str, Callable[[DataConfig, int], Dataset]] = {
-    "digits": _digits,
-    "synthetic": _synthetic,
-    # The second name is torchvision's folder layout, accepted as well as the files in root.
-    "mnist": _idx_loader("mnist", "MNIST/raw"),
-    "fashion_mnist": _idx_loader("fashion_mnist", "FashionMNIST/raw"),
-    "cifar10": _cifar10,
-}
-
-DATASETS = tuple(_LOADERS)
-"""Every name `data.dataset` accepts."""
-
 _IDX_LAYOUT = (
     "`data.root` or `data.root/{sub}` holds the four IDX files, each plain or gzipped "
     "(`.gz`): " + ", ".join(f"`{name}`" for name in IDX_FILES) + ". Images are unsigned "
     "bytes, N x 28 x 28; labels are N bytes below 10. Official split (60k / 10k)."
 )
 
-DATA_LAYOUTS: Mapping[str, str] = {
-    "digits": "Nothing to provide: scikit-learn's 1,797 8x8 handwritten digits, read from "
+# `thinwire.config` declares these names (they validate without this module); their
+# loaders and layouts (what `data.root` must hold, for the reference) register here.
+DATASETS.register(
+    "digits",
+    reads_files=False,
+    layout="Nothing to provide: scikit-learn's 1,797 8x8 handwritten digits, read from "
     "the file scikit-learn installs. Split by `data.test_fraction`, stratified and seeded.",
-    "synthetic": "Nothing to provide: FedProx's Synthetic(alpha, beta), generated per "
+    loader=_digits,
+)
+DATASETS.register(
+    "synthetic",
+    reads_files=False,
+    layout="Nothing to provide: FedProx's Synthetic(alpha, beta), generated per "
     "client from the seed (`data.synthetic`).",
-    "mnist": _IDX_LAYOUT.format(sub="MNIST/raw"),
-    "fashion_mnist": _IDX_LAYOUT.format(sub="FashionMNIST/raw"),
-    "cifar10": "`data.root` or `data.root/cifar-10-batches-py` holds the python version: "
+    loader=_synthetic,
+)
+# The second folder is torchvision's layout, accepted as well as the files in root.
+DATASETS.register(
+    "mnist",
+    reads_files=True,
+    layout=_IDX_LAYOUT.format(sub="MNIST/raw"),
+    loader=_idx_loader("mnist", "MNIST/raw"),
+)
+DATASETS.register(
+    "fashion_mnist",
+    reads_files=True,
+    layout=_IDX_LAYOUT.format(sub="FashionMNIST/raw"),
+    loader=_idx_loader("fashion_mnist", "FashionMNIST/raw"),
+)
+DATASETS.register(
+    "cifar10",
+    reads_files=True,
+    layout="`data.root` or `data.root/cifar-10-batches-py` holds the python version: "
     + ", ".join(f"`{name}`" for name in PYTHON_FILES)
     + " (pickled dicts of `data`, uint8 N x 3072, and `labels`; read without running "
     "pickled code); or `data.root` or `data.root/cifar-10-batches-bin` holds the binary "
@@ -219,5 +233,5 @@ DATA_LAYOUTS: Mapping[str, str] = {
     + ", ".join(f"`{name}`" for name in BINARY_FILES)
     + " (one label byte, then 3,072 pixel bytes per image). Each file plain or gzipped. "
     "Official split (50k / 10k).",
-}
-"""What `data.root` must hold for each data set, as the loaders read it."""
+    loader=_cifar10,
+)

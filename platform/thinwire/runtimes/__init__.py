@@ -8,8 +8,9 @@
   (`thinwire ddp`).
 
 Gossip's runtime (real peers, `thinwire peer`) lives with the gossip nodes in
-`thinwire.topologies`. Each runtime module is imported on demand: importing this package
-loads none of them.
+`thinwire.topologies`. Each runtime registers on `thinwire.registry.RUNTIMES` how `thinwire
+run` starts it (`run_folder.run_experiment` dispatches on `runtime.kind`); each module is
+imported on demand: importing this package loads none of them.
 """
 
 __all__: list[str] = []

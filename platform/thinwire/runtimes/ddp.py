@@ -53,11 +53,21 @@ from thinwire.ddp.collectives import (
     gathered_overhead,
 )
 from thinwire.learning import load_federation
-from thinwire.metrics import RoundCounts, RoundRecord, RunRecorder, round_record
+from thinwire.metrics import (
+    RoundCounts,
+    RoundRecord,
+    RunRecorder,
+    load_records,
+    new_run_dir,
+    round_record,
+    summarize,
+)
+from thinwire.registry import RUNTIMES
+from thinwire.runtimes.run_folder import RunOptions, RunOutcome
 from thinwire.runtimes.star import Star
 from thinwire.server import Aggregator
 
-__all__ = ["RankFailure", "RankResult", "launch", "run_rank", "run_torchrun_rank"]
+__all__ = ["RankFailure", "RankResult", "launch", "run_launched", "run_rank", "run_torchrun_rank"]
 
 
 class RankFailure(RuntimeError):
@@ -268,6 +278,29 @@ def launch(experiment: Experiment, *, nproc: int, run_dir: Path) -> None:
         raise RankFailure(
             f"rank {exc.error_index} died ({how}); the other ranks were stopped"
         ) from None
+
+
+def run_launched(section: Any, experiment: Experiment, options: RunOptions) -> RunOutcome:
+    """`thinwire run` of a ddp experiment: `launch`es one local rank per client.
+
+    As `thinwire ddp --nproc <data.clients>`; rank 0 writes the run folder.
+
+    Raises:
+        ValueError: TensorBoard or a round listener is asked for (rank 0 records alone).
+        RankFailure: a rank failed or died; the launcher has stopped the others.
+    """
+    del section  # read by every rank (`_settings`)
+    if options.tensorboard or options.on_round is not None:
+        raise ValueError(
+            "runtime.kind 'ddp': rank 0 writes the records alone; --tensorboard (and a "
+            "sweep's round listener) apply to the simulation"
+        )
+    run_dir = options.run_dir or new_run_dir(experiment.output, experiment.name)
+    launch(experiment, nproc=experiment.data.clients, run_dir=run_dir)
+    return RunOutcome(run_dir, summarize(load_records(run_dir)))
+
+
+RUNTIMES.register("ddp", section=DDPRuntime, factory=run_launched)
 
 
 def run_torchrun_rank(experiment: Experiment) -> RankResult:

@@ -1,9 +1,15 @@
-"""One simulated run into its run folder, fresh or continued from its last checkpoint.
+"""One run into its run folder, fresh or continued from its last checkpoint.
 
-`thinwire run` and every point of a sweep call `run_experiment`; `thinwire run --resume`
-calls `resume_run`. Both leave the same folder (`thinwire.metrics.RunRecorder`): records,
-summary with the run's status, curves, the final model (`model.pt` beside `model.yaml`),
-and while it runs, with `runtime.checkpoint_every` set, its latest checkpoint under
+`thinwire run` and every point of a sweep call `run_experiment`, which starts the
+experiment's runtime (`runtime.kind`) as it registered itself in `RUNTIMES`: `run(section,
+experiment, RunOptions) -> RunOutcome`. The simulation registers here; `ddp` launches its
+ranks (`thinwire.runtimes.ddp`); Flower and gossip peers run as several commands, so their
+entries (here too) refuse and name them. A plugin runtime registers the same way and may use
+`record_run` for the folder. `thinwire run --resume` calls `resume_run`.
+
+Every run leaves the same folder (`thinwire.metrics.RunRecorder`): records, summary with
+the run's status, curves, the final model (`model.pt` beside `model.yaml`), and while a
+simulation runs, with `runtime.checkpoint_every` set, its latest checkpoint under
 `checkpoints/` (removed once the run has finished: only a resume reads it).
 """
 
@@ -14,18 +20,34 @@ import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 
 from thinwire.checkpoint import latest_checkpoint
-from thinwire.config import Experiment, load_config
+from thinwire.config import (
+    Experiment,
+    FlowerRuntime,
+    GossipRuntime,
+    SimulationRuntime,
+    load_config,
+)
 from thinwire.learning import save_model
 from thinwire.metrics import RoundProgress, RoundRecord, RunRecorder, schema
+from thinwire.registry import RUNTIMES
 from thinwire.runtimes.simulation import simulate
 from thinwire.tensorboard import TensorBoardLog
 
-__all__ = ["ProgressMode", "RunOutcome", "read_status", "resume_run", "run_experiment"]
+__all__ = [
+    "FinalModel",
+    "ProgressMode",
+    "RunOptions",
+    "RunOutcome",
+    "read_status",
+    "record_run",
+    "resume_run",
+    "run_experiment",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +61,31 @@ class RunOutcome(NamedTuple):
     summary: dict[str, float]
 
 
+class RunOptions(NamedTuple):
+    """What `thinwire run` asks of a runtime besides the experiment."""
+
+    run_dir: Path | None = None
+    """The run folder; None makes a fresh one under `output`."""
+    progress: ProgressMode = "off"
+    tensorboard: bool = False
+    """Also log every round for TensorBoard (RUNDIR/tensorboard)."""
+    on_round: Callable[[RoundRecord], None] | None = None
+    """Called with each round's record after it is written (a sweep's view)."""
+
+
+class FinalModel(NamedTuple):
+    """What a run ends with, saved beside its records (`thinwire.learning.save_model`)."""
+
+    state: dict[str, torch.Tensor]
+    input_shape: tuple[int, ...]
+    num_classes: int
+
+
+Drive = Callable[[Path, Callable[[RoundRecord], None]], FinalModel]
+"""Plays a run's rounds: `drive(run folder, on_round) -> FinalModel`, calling `on_round`
+with each round's record."""
+
+
 def run_experiment(
     experiment: Experiment,
     *,
@@ -47,20 +94,79 @@ def run_experiment(
     tensorboard: bool = False,
     on_round: Callable[[RoundRecord], None] | None = None,
 ) -> RunOutcome:
-    """Simulates `experiment` into a run folder (a fresh one unless `run_dir` is given).
-
-    `on_round` is called with each round's record after it is written (a sweep's view).
+    """Runs `experiment` on its runtime into a run folder (a fresh one unless `run_dir`).
 
     Raises:
-        ValueError: the experiment is not a simulation.
+        ValueError: the runtime does not run from one command (its message names the
+            commands), or refuses an option.
         Exception: whatever stopped the run; its folder then says `failed` and why.
     """
-    if experiment.runtime.kind != "simulation":
-        raise ValueError(
-            f"runtime.kind is {experiment.runtime.kind!r}; `thinwire run` simulates. Use "
-            "`thinwire server` for a Flower deployment or `thinwire peer` for gossip peers."
-        )
-    return _run(experiment, run_dir, None, None, progress, tensorboard, on_round)
+    _import_builtin_runtimes()
+    run = RUNTIMES.factory(experiment.runtime.kind)
+    outcome: RunOutcome = run(
+        experiment.runtime, experiment, RunOptions(run_dir, progress, tensorboard, on_round)
+    )
+    return outcome
+
+
+def record_run(experiment: Experiment, options: RunOptions, drive: Drive) -> RunOutcome:
+    """A run folder around `drive`: records, progress, TensorBoard, summary, final model.
+
+    For a runtime that plays its rounds in this process (the simulation, a plugin's).
+    """
+    return _run(
+        experiment,
+        options.run_dir,
+        None,
+        drive,
+        options.progress,
+        options.tensorboard,
+        options.on_round,
+    )
+
+
+def _import_builtin_runtimes() -> None:
+    # ddp registers its entry where it lives; imported only to run, so that importing
+    # this module does not load torch.distributed.
+    import thinwire.runtimes.ddp  # noqa: F401
+
+
+def _run_simulation(section: Any, experiment: Experiment, options: RunOptions) -> RunOutcome:
+    del section  # checkpoint_every: read by the simulator
+    return record_run(
+        experiment, options, lambda folder, on_round: _simulate(experiment, folder, None, on_round)
+    )
+
+
+def _several_processes(message: str) -> Callable[[Any, Experiment, RunOptions], RunOutcome]:
+    def refuse(section: Any, experiment: Experiment, options: RunOptions) -> RunOutcome:
+        del section, experiment, options
+        raise ValueError(message)
+
+    return refuse
+
+
+RUNTIMES.register("simulation", section=SimulationRuntime, factory=_run_simulation)
+# Runtimes of several processes, which `thinwire run` (one process) cannot start; their
+# entries name the commands that do. Registered here, not in their packages, which would
+# make this package and theirs import each other.
+RUNTIMES.register(
+    "flower",
+    section=FlowerRuntime,
+    factory=_several_processes(
+        "runtime.kind is 'flower': a Flower deployment runs as several processes; run it "
+        "with `thinwire server` and one `thinwire client --partition i` per client"
+    ),
+)
+RUNTIMES.register(
+    "gossip",
+    section=GossipRuntime,
+    factory=_several_processes(
+        "runtime.kind is 'gossip': each node runs as a `thinwire peer --node i` process and "
+        "`thinwire peer --report` writes the run folder; to simulate the peers in one "
+        "process, leave runtime.kind at simulation with the topology"
+    ),
+)
 
 
 def resume_run(
@@ -82,9 +188,14 @@ def resume_run(
     found = latest_checkpoint(run_dir / "checkpoints")
     if found is None:
         logger.warning("%s has no checkpoint: the run starts again from round 1", run_dir)
-        return _run(experiment, run_dir, 0, None, progress, tensorboard)
-    path, round = found
-    return _run(experiment, run_dir, round, path, progress, tensorboard)
+        keep, path = 0, None
+    else:
+        path, keep = found
+
+    def drive(folder: Path, on_round: Callable[[RoundRecord], None]) -> FinalModel:
+        return _simulate(experiment, folder, path, on_round)
+
+    return _run(experiment, run_dir, keep, drive, progress, tensorboard)
 
 
 def read_status(run_dir: Path) -> str | None:
@@ -101,7 +212,7 @@ def _run(
     experiment: Experiment,
     run_dir: Path | None,
     keep_rounds: int | None,
-    checkpoint: Path | None,
+    drive: Drive,
     progress: ProgressMode,
     tensorboard: bool,
     listener: Callable[[RoundRecord], None] | None = None,
@@ -123,11 +234,13 @@ def _run(
                     listener(record)
 
             try:
-                model, shape, classes = _simulate(experiment, recorder.dir, checkpoint, on_round)
+                final = drive(recorder.dir, on_round)
             finally:
                 if board is not None:
                     board.close()
-        save_model(recorder.dir, model, experiment.model, shape, classes)
+        save_model(
+            recorder.dir, final.state, experiment.model, final.input_shape, final.num_classes
+        )
         summary = recorder.close()
     shutil.rmtree(recorder.dir / "checkpoints", ignore_errors=True)  # only a resume reads them
     return RunOutcome(recorder.dir, summary)
@@ -138,12 +251,12 @@ def _simulate(
     folder: Path,
     checkpoint: Path | None,
     on_round: Callable[[RoundRecord], None],
-) -> tuple[dict[str, torch.Tensor], tuple[int, ...], int]:
+) -> FinalModel:
     """The final model, input shape and class count of a star or gossip simulation."""
     checkpoints = folder / "checkpoints"
     if not experiment.decentralized:
         star = simulate(experiment, on_round=on_round, checkpoints=checkpoints, resume=checkpoint)
-        return star.model, star.input_shape, star.num_classes
+        return FinalModel(star.model, star.input_shape, star.num_classes)
     from thinwire.topologies.runtime.reports import NodeLog
 
     with NodeLog(folder / "nodes.jsonl") as nodes:
@@ -154,4 +267,4 @@ def _simulate(
             checkpoints=checkpoints,
             resume=checkpoint,
         )
-    return gossip.model, gossip.input_shape, gossip.num_classes
+    return FinalModel(gossip.model, gossip.input_shape, gossip.num_classes)

@@ -42,7 +42,7 @@ from thinwire.checkpoint import (
     save_checkpoint,
 )
 from thinwire.clients import Client, ClientState
-from thinwire.config import Experiment
+from thinwire.config import Experiment, SimulationRuntime
 from thinwire.learning import Federation, load_federation, simulation_threads, torch_threads
 from thinwire.metrics import RoundCounts, RoundRecord, round_record
 from thinwire.runtimes.star import Star, StarCheckpoint, read_star_state, star_state
@@ -130,7 +130,7 @@ def _simulate(
 
 def _every(experiment: Experiment) -> int:
     runtime = experiment.runtime
-    return runtime.checkpoint_every if runtime.kind == "simulation" else 0
+    return runtime.checkpoint_every if isinstance(runtime, SimulationRuntime) else 0
 
 
 def _run_star(
