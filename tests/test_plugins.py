@@ -112,3 +112,19 @@ def test_a_failing_entry_point_names_itself(monkeypatch):
     monkeypatch.setattr(plugins.importlib.metadata, "entry_points", lambda group: [point])
     with pytest.raises(plugins.PluginError, match="entry point 'broken'"):
         plugins.load_entry_points()
+
+
+def test_a_node_imports_only_the_plugins_its_operator_allowed(monkeypatch):
+    monkeypatch.setattr(plugins, "_entry_point_modules", lambda: frozenset({"json"}))
+    monkeypatch.delitem(sys.modules, "thinwire_example_plugin", raising=False)
+    with plugins.allowing(["csv"]):
+        with pytest.raises(ConfigError, match=r"plugins\[1\]: .*--allow-plugin colorsys"):
+            parse_config({"name": "t", "plugins": ["csv", "colorsys"]})
+        parse_config({"name": "t", "plugins": ["csv", "json"]})  # allowed, and an entry point
+    with plugins.allowing([]), pytest.raises(ConfigError, match="does not allow it"):
+        parse_config({"name": "t", "plugins": ["thinwire_example_plugin"]})
+    assert "thinwire_example_plugin" not in sys.modules  # refused before any import
+
+
+def test_outside_allowing_any_importable_module_may_be_named():
+    parse_config({"name": "t", "plugins": ["colorsys"]})

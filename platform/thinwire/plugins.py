@@ -12,19 +12,35 @@ A plugin module registers its kinds at import (`SELECTORS.register(...)`, see
 `thinwire.registry`). This is the one place thinwire imports a module by name: the name
 selects code to load, never a component (components are chosen by registered `kind`,
 STYLE rule 12). Only modules the user installed or put on the path can be named.
+
+Where the experiment comes from someone else (a Flower SuperNode validates the run config
+the server sends), `allowing(names)` narrows `plugins:` to the modules its operator allowed
+(`thinwire client --allow-plugin NAME`) and the installed entry points' modules: otherwise
+a run config could make every client import any installed module.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
-__all__ = ["ENTRY_POINT_GROUP", "PluginError", "import_modules", "load_entry_points"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "PluginError",
+    "allowing",
+    "import_modules",
+    "load_entry_points",
+]
 
 ENTRY_POINT_GROUP = "thinwire.plugins"
 
 _entry_points_loaded = False
+
+_allowed: ContextVar[frozenset[str] | None] = ContextVar("thinwire_plugins_allowed", default=None)
+"""The modules a `plugins:` list may name here, or None for any importable module."""
 
 
 class PluginError(ImportError):
@@ -43,7 +59,15 @@ def import_modules(names: Sequence[str]) -> None:
     Raises:
         PluginError: for the first module that is missing or fails while importing.
     """
+    allowed = _allowed.get()
     for index, name in enumerate(names):
+        if allowed is not None and name not in allowed | _entry_point_modules():
+            raise PluginError(
+                name,
+                "this node does not allow it (start the client with --allow-plugin "
+                f"{name}, or install it as a {ENTRY_POINT_GROUP!r} entry point)",
+                index=index,
+            )
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -70,3 +94,25 @@ def load_entry_points() -> None:
             raise PluginError(
                 entry.value, f"entry point {entry.name!r}: {type(exc).__name__}: {exc}"
             ) from exc
+
+
+@contextmanager
+def allowing(names: Iterable[str]) -> Iterator[None]:
+    """Within the block, a `plugins:` list may name only `names` and entry-point modules.
+
+    Example:
+        >>> with allowing(["my_lab.codecs"]):
+        ...     pass  # validate an experiment that arrived from elsewhere
+    """
+    token = _allowed.set(frozenset(names))
+    try:
+        yield
+    finally:
+        _allowed.reset(token)
+
+
+def _entry_point_modules() -> frozenset[str]:
+    """The modules the installed `thinwire.plugins` entry points name."""
+    return frozenset(
+        entry.module for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    )

@@ -316,6 +316,14 @@ def client(
             file_okay=False,
         ),
     ] = None,
+    allow_plugin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-plugin",
+            help="A plugin module a run's `plugins:` list may make this node import "
+            "(repeat for several); installed thinwire.plugins entry points are always allowed.",
+        ),
+    ] = None,
 ) -> None:
     """Start a Flower SuperNode that trains as one client (run one per client host).
 
@@ -351,6 +359,7 @@ def client(
             insecure=insecure,
             root_certificates=root_certificates,
             state_dir=state_dir,
+            plugins=allow_plugin or (),
         )
     except ValueError as exc:
         fail(str(exc))

@@ -97,6 +97,18 @@ def test_a_supernode_without_a_partition_answers_with_how_to_start_it(exp: Exper
     assert "thinwire client --partition" in reply.error.reason
 
 
+def test_a_run_config_may_import_only_the_plugins_the_node_allows(exp: Experiment) -> None:
+    sent = exp.model_copy(update={"plugins": ["colorsys"]})
+    reply = app(message(instruction(first_downlink(sent), 1), TRAIN), context(sent))
+    assert reply.has_error()
+    assert "plugins[0]" in reply.error.reason and "--allow-plugin colorsys" in reply.error.reason
+    allowed = app(
+        message(instruction(first_downlink(sent), 1), TRAIN),
+        context(sent, **{"allow-plugins": "colorsys"}),
+    )
+    assert not allowed.has_error()
+
+
 def test_two_rounds_equal_the_simulators_client_with_state_kept_on_the_nodes_disk(
     exp: Experiment, tmp_path: Path
 ) -> None:

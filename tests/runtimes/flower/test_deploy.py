@@ -75,6 +75,10 @@ def test_a_supernode_serves_one_partition() -> None:
     assert tls[-1] == "partition-id=0"
     with pytest.raises(ValueError, match="not in"):
         supernode_command(superlink="h:8000", partition=3, partitions=3)
+    allowed = supernode_command(superlink="h:8000", partition=0, plugins=["a.b", "c"])
+    assert parse_config_args([allowed[-1]]) == {"partition-id": 0, "allow-plugins": "a.b,c"}
+    with pytest.raises(ValueError, match="dotted module name"):
+        supernode_command(superlink="h:8000", partition=0, plugins=["a;b"])
     with pytest.raises(ValueError, match="not both"):
         superexec_command("h:8000", insecure=True, root_certificates=Path("ca.crt"))
 

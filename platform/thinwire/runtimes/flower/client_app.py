@@ -22,7 +22,9 @@ Handlers (message types, see `thinwire.runtimes.flower.messages`):
 - `evaluate`: measures the global model on this client's data (with `client_eval`).
 
 A client that cannot serve (a SuperNode started for another experiment, an invalid
-downlink) answers with an `Error` whose reason says what is wrong, as Flower's mods do.
+downlink, a run config whose `plugins:` names a module this node does not allow: node config
+`allow-plugins`, `thinwire client --allow-plugin NAME`) answers with an `Error` whose reason
+says what is wrong, as Flower's mods do.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from thinwire.learning import (
     torch_threads,
 )
 from thinwire.learning import evaluate as evaluate_model
+from thinwire.plugins import allowing
 from thinwire.runtimes.flower.messages import (
     ClientEvaluation,
     StateLost,
@@ -51,6 +54,7 @@ from thinwire.runtimes.flower.messages import (
     evaluation_reply,
     identity_reply,
     node_identity,
+    node_plugins,
     node_state_dir,
     read_instruction,
     read_run_config,
@@ -133,7 +137,8 @@ def evaluate(message: Message, context: Context) -> Message:
 
 def _client(context: Context) -> Client:
     """This node's client, in its initial state."""
-    experiment = read_run_config(context.run_config).experiment
+    with allowing(node_plugins(context.node_config)):  # the run config is the server's word
+        experiment = read_run_config(context.run_config).experiment
     identity = node_identity(context.node_config)
     clients = experiment.data.clients
     if identity.partitions not in (None, clients) or identity.partition >= clients:

@@ -20,10 +20,11 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import signal
 import sys
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from thinwire.config import Experiment
 from thinwire.runtimes.flower.messages import (
     NODE_NUM_PARTITIONS,
     NODE_PARTITION,
+    NODE_PLUGINS,
     NODE_STATE_DIR,
     RUN_DIR,
     RUN_EXPERIMENT,
@@ -93,6 +95,8 @@ def die_with_parent() -> None:
 
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+_MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
 def _trust(insecure: bool, root_certificates: Path | None) -> list[str]:
@@ -161,6 +165,7 @@ def supernode_command(
     insecure: bool = False,
     root_certificates: Path | None = None,
     state_dir: Path | None = None,
+    plugins: Sequence[str] = (),
 ) -> list[str]:
     """A SuperNode serving client `partition` (what `thinwire client` execs).
 
@@ -174,6 +179,12 @@ def supernode_command(
         state_dir: the folder where the node keeps its client's state between messages
             (node-local, persistent); None leaves the ClientApp's default
             (`thinwire.runtimes.flower.messages.default_state_dir`).
+        plugins: the modules a run's `plugins:` list may make this node import (beyond the
+            installed `thinwire.plugins` entry points).
+
+    Raises:
+        ValueError: for a partition outside [0, partitions), a state folder path with a
+            '"', or a plugin that is not a dotted module name.
     """
     if partition < 0 or (partitions is not None and partition >= partitions):
         raise ValueError(f"partition {partition} is not in [0, {partitions})")
@@ -184,6 +195,11 @@ def supernode_command(
         if '"' in str(state_dir) or not str(state_dir):
             raise ValueError(f"a state folder path must be non-empty, without '\"': {state_dir}")
         node_config += f" {NODE_STATE_DIR}={_toml_string(str(state_dir))}"
+    for name in plugins:
+        if not _MODULE_NAME.fullmatch(name):
+            raise ValueError(f"--allow-plugin takes a dotted module name, got {name!r}")
+    if plugins:
+        node_config += f" {NODE_PLUGINS}={_toml_string(','.join(plugins))}"
     return [
         "flower-supernode",
         *_trust(insecure, root_certificates),

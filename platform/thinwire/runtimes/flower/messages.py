@@ -54,6 +54,7 @@ __all__ = [
     "IDENTIFY",
     "NODE_NUM_PARTITIONS",
     "NODE_PARTITION",
+    "NODE_PLUGINS",
     "NODE_STATE_DIR",
     "RUN_DIR",
     "RUN_EXPERIMENT",
@@ -72,6 +73,7 @@ __all__ = [
     "is_state_lost",
     "default_state_dir",
     "node_identity",
+    "node_plugins",
     "node_state_dir",
     "read_evaluation",
     "read_identity",
@@ -100,6 +102,7 @@ RUN_RESUME = "resume"  # checkpoint to continue from; "" starts afresh
 NODE_PARTITION = "partition-id"
 NODE_NUM_PARTITIONS = "num-partitions"
 NODE_STATE_DIR = "state-dir"  # the node's client-state folder (`thinwire client --state-dir`)
+NODE_PLUGINS = "allow-plugins"  # comma-separated modules a run's `plugins:` may name here
 
 _DOWNLINK = "downlink"
 _UPDATE = "update"
@@ -247,6 +250,21 @@ def node_state_dir(node_config: Mapping[str, Any]) -> Path:
             "SuperNode with `thinwire client --state-dir DIR`"
         )
     return Path(folder).expanduser()
+
+
+def node_plugins(node_config: Mapping[str, Any]) -> frozenset[str]:
+    """The plugin modules this SuperNode's operator allows a run config to import.
+
+    Raises:
+        ValueError: if `allow-plugins` is given but not a comma-separated string.
+    """
+    names = node_config.get(NODE_PLUGINS, "")
+    if not isinstance(names, str):
+        raise ValueError(
+            f"node config {NODE_PLUGINS!r} must be comma-separated module names, got "
+            f"{names!r}; start the SuperNode with `thinwire client --allow-plugin NAME`"
+        )
+    return frozenset(name.strip() for name in names.split(",") if name.strip())
 
 
 def identity_reply(identity: Identity) -> RecordDict:
