@@ -49,6 +49,7 @@ class StallAttack:
         self.outcomes: Counter[str] = Counter()  # how the peer ended the streams
         self.opened = 0
         self._stop = threading.Event()
+        self._engaged = threading.Event()  # the peer has ended a stream: it is listening
         # Reconnect quickly: the attack starts before the peer listens.
         options = [
             ("grpc.initial_reconnect_backoff_ms", 100),
@@ -92,11 +93,21 @@ class StallAttack:
                     continue
                 if call is not None:
                     self.outcomes[call.code().name] += 1
+                    self._engaged.set()
                 calls[index] = self._open(index)
             self._stop.wait(self.reopen_s)
         for call in calls:
             if call is not None:
                 call.cancel()
+
+    def wait_engaged(self, timeout: float) -> None:
+        """Waits until the peer has ended one of the attack's streams (it listens and screens).
+
+        Raises:
+            AssertionError: if it did not within `timeout` seconds.
+        """
+        if not self._engaged.wait(timeout):
+            raise AssertionError(f"the peer ended none of the attack's streams in {timeout:g} s")
 
     def __enter__(self) -> StallAttack:
         self._thread.start()

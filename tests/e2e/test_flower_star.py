@@ -74,6 +74,21 @@ def _wait_for_records(run_output: Path, count: int, process: subprocess.Popen[by
     raise AssertionError(f"the run did not finish round {count}")
 
 
+def _wait_for_end(run_output: Path) -> dict:
+    """The run's summary once the ServerApp has ended the run (bounded by RUN_TIMEOUT_S).
+
+    `flwr run --stream` returns when the SuperLink ends the log stream, which can be before
+    the ServerApp has written its last round; what the tests read is what the ServerApp did.
+    """
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while True:
+        folders = list(run_output.glob("flower-star-*/summary.json"))
+        summary = json.loads(folders[0].read_text()) if folders else {}
+        if summary.get("status", "running") != "running" or time.monotonic() > deadline:
+            return summary
+        time.sleep(0.5)
+
+
 def _submit(command: list[str], cluster: Cluster) -> subprocess.CompletedProcess[str]:
     """Runs a submitting command to its end (bounded by RUN_TIMEOUT_S), capturing its output."""
     return subprocess.run(
@@ -211,15 +226,20 @@ def faulty_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
         _wait_for_records(output, 1, flwr)
         cluster.kill("supernode-2")  # round 2 has just been sent out
         flwr.wait(timeout=RUN_TIMEOUT_S)
+        summary = _wait_for_end(output)
     finally:
         cluster.stop()
     experiment = load_config(ROOT / EXAMPLE, overrides)
-    return Run(experiment, _run_dir(output), cluster.log("flwr-run"), flwr.returncode)
+    # The ServerApp's own log, should the run have failed: Flower's stream may stop short.
+    output_text = cluster.log("flwr-run") + f"\nsummary: {summary}\n" + cluster.log("superlink")
+    return Run(experiment, _run_dir(output), output_text, flwr.returncode)
 
 
 def test_flowers_own_commands_run_the_written_app(faulty_run: Run) -> None:
     assert faulty_run.returncode == 0, faulty_run.output
-    assert json.loads((faulty_run.run_dir / "summary.json").read_text())["rounds"] == 3
+    summary = json.loads((faulty_run.run_dir / "summary.json").read_text())
+    assert summary["status"] == "finished", faulty_run.output[-6000:]
+    assert summary["rounds"] == 3
 
 
 def test_a_corrupted_update_is_logged_dropped_and_the_run_goes_on(faulty_run: Run) -> None:
