@@ -3,8 +3,9 @@
 Four `thinwire peer` processes run CHOCO on a ring (deadline 10 s) while `StallAttack` holds
 200 idle push streams and 8 streams that declare 1 GiB and trickle against node 0,
 re-opening each one node 0 ends. Node 0 starts first and the others only once node 0 has
-refused an attacking stream, so every round runs under attack. Every node must end with the simulator's models (the
-unattacked run), bit for bit, without a missing message or a skipped round.
+refused an attacking stream, so every round runs under attack. Every node must end with
+the simulator's models (the unattacked run), bit for bit, without a missing message or a
+skipped round.
 """
 
 from __future__ import annotations
