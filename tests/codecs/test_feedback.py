@@ -97,6 +97,20 @@ def test_feedback_state_is_not_mutated():
     assert torch.equal(state.residual, snapshot)
 
 
+def test_feedback_reuses_its_sum_for_the_residual_unless_the_payload_holds_it():
+    # a = x + e is the call's own buffer: a sparse payload copies what it sends, so the
+    # new residual takes a's memory (no second model-sized tensor); a dense fp32 payload
+    # may be a view of a, which must then stay intact.
+    x = stream(1)[0]
+    sparse = with_error_feedback(chain(top_k(0.1)))
+    payload, state = sparse.encode(x, sparse.init(x))
+    assert torch.equal(sparse.decode(payload, x.shape) + state.residual, x)
+    dense = with_error_feedback(chain())
+    payload, state = dense.encode(x, dense.init(x))
+    assert torch.equal(dense.decode(payload, x.shape), x)
+    assert torch.equal(state.residual, torch.zeros_like(x))
+
+
 def dgc_by_hand(gs, momentum, nesterov, k):
     u = torch.zeros_like(gs[0])
     v = torch.zeros_like(gs[0])

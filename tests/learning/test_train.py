@@ -210,3 +210,20 @@ def test_every_declared_optimizer_kind_has_a_factory():
     assert OPTIMIZERS.kinds() == ("adam", "sgd")
     for kind in OPTIMIZERS.kinds():
         assert callable(OPTIMIZERS.factory(kind)), kind
+
+
+def test_training_leaves_no_gradients_behind(digits):
+    # The client encodes its update right after training: a model's worth of gradients
+    # kept alive then is a model's worth of peak memory for nothing.
+    model = build_model(MLP(), digits.input_shape, 10, seed=0)
+    train_local(
+        model,
+        digits.x_train,
+        digits.y_train,
+        steps=2,
+        batch_size=4,
+        lr=0.1,
+        optimizer=SGD(momentum=0.9),
+        generator=_gen(),
+    )
+    assert all(p.grad is None for p in model.parameters())

@@ -8,6 +8,8 @@ The receiver decodes exactly as it would without feedback. Each forwards the cal
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 from typing import Any, NamedTuple
 
 import torch
@@ -73,10 +75,36 @@ def with_error_feedback(codec: Codec) -> Codec:
     ) -> tuple[Payload, ErrorFeedbackState]:
         accumulated = x.float() + state.residual
         payload, inner = codec.encode(accumulated, state.inner, args)
-        residual = accumulated - codec.decode(payload, tuple(accumulated.shape))
+        sent = codec.decode(payload, tuple(accumulated.shape))
+        if _holds(payload, accumulated):
+            residual = accumulated - sent
+        else:  # a is this call's own and the payload holds none of it: reuse its memory
+            residual = accumulated.sub_(sent)
         return payload, ErrorFeedbackState(inner, residual)
 
     return codec._replace(init=init, encode=encode, name=f"ef({codec.name})")
+
+
+def _holds(payload: Payload, tensor: torch.Tensor) -> bool:
+    """Whether `payload` may share `tensor`'s memory (a dense payload can be a view of it).
+
+    Looks through the support and values (dataclasses, tuples, tensors); any other object,
+    a plugin's own type, counts as sharing it.
+    """
+    storage = tensor.untyped_storage().data_ptr()
+    parts: list[Any] = [payload.support, payload.values]
+    while parts:
+        part = parts.pop()
+        if isinstance(part, torch.Tensor):
+            if part.untyped_storage().data_ptr() == storage:
+                return True
+        elif isinstance(part, tuple | list):
+            parts.extend(part)
+        elif dataclasses.is_dataclass(part):
+            parts.extend(getattr(part, f.name) for f in dataclasses.fields(part))
+        elif not isinstance(part, int | float | str | bool | enum.Enum | None):
+            return True
+    return False
 
 
 class DGCState(NamedTuple):

@@ -191,6 +191,9 @@ def train_steps(
             steps += 1
     finally:
         model.train(was_training)
+        # The last step's gradients are dead weight from here on: one model's worth of
+        # memory while the client encodes its update.
+        optimizer.zero_grad(set_to_none=True)
     mean = total.item() / examples if examples else math.nan
     return TrainStats(loss=mean, examples=examples, steps=steps)
 
