@@ -76,10 +76,8 @@ def with_error_feedback(codec: Codec) -> Codec:
         accumulated = x.float() + state.residual
         payload, inner = codec.encode(accumulated, state.inner, args)
         sent = codec.decode(payload, tuple(accumulated.shape))
-        if _holds(payload, accumulated):
-            residual = accumulated - sent
-        else:  # a is this call's own and the payload holds none of it: reuse its memory
-            residual = accumulated.sub_(sent)
+        # a is this call's own: unless the payload holds some of it, e takes a's memory.
+        residual = accumulated - sent if _holds(payload, accumulated) else accumulated.sub_(sent)
         return payload, ErrorFeedbackState(inner, residual)
 
     return codec._replace(init=init, encode=encode, name=f"ef({codec.name})")
