@@ -4,8 +4,9 @@ Flower starts a fresh `flwr-clientapp` process for every message, so every phase
 paid per client per round: importing thinwire's ClientApp module (torch, Flower, thinwire),
 building the client (its data partition and the model), reading the client's state from the
 node's state folder, applying the downlink, training, encoding the update, and saving the
-state again. Two ways of building the client are timed, in alternating fresh processes so
-that both see the same load:
+state again. The last column is the process's peak resident set (VmHWM) at the end of each
+phase, against the model's own size (parameters x 4 bytes). Two ways of building the client
+are timed, in alternating fresh processes so that both see the same load:
 
 - `rebuilt`: what every message did before the node-local partition cache: load the data
   set, partition it over every client and build the seeded model (`load_federation`), paying
@@ -67,8 +68,11 @@ load_partition(folder, exp, 0)
 
 CHILD = r"""
 import json, sys, time
-marks = [("start", time.perf_counter())]
-def mark(name): marks.append((name, time.perf_counter()))
+def hwm():  # the process's peak resident set so far, KiB (never decreases)
+    status = open("/proc/self/status").read().splitlines()
+    return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+marks = [("start", time.perf_counter(), hwm())]
+def mark(name): marks.append((name, time.perf_counter(), hwm()))
 raw, folder, mode = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
 import torch
 mark("import torch")
@@ -115,8 +119,9 @@ contents = {i: o.deflate() for i, o in get_all_nested_objects(records).items()}
 mark("before the state folder: state into context.state")
 size = sum(len(c) for c in contents.values())
 heavy = [m for m in ("sympy", "scipy.special", "torch._dynamo") if m in sys.modules]
+model_bytes = 4 * sum(v.numel() for v in workspace.tensors().values())
 print(json.dumps({"marks": marks, "state_bytes": size, "update_bytes": len(result.data),
-                  "heavy": heavy}))
+                  "heavy": heavy, "model_bytes": model_bytes}))
 """
 
 MODES = ("rebuilt", "cached")
@@ -158,6 +163,7 @@ def main() -> None:
     }
     load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else []
     phases: dict[str, dict[str, list[float]]] = {mode: {} for mode in MODES}
+    peaks: dict[str, list[float]] = {}  # the cached mode's peak RSS at each phase's end, KiB
     report: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as folder:
         _run(SETUP, json.dumps(raw), folder)
@@ -165,8 +171,10 @@ def main() -> None:
             for mode in MODES:  # alternating, so both see the same load
                 report = json.loads(_run(CHILD, json.dumps(raw), folder, mode).splitlines()[-1])
                 marks = report["marks"]
-                for (_, before), (name, after) in zip(marks, marks[1:], strict=False):
+                for (_, before, _), (name, after, peak) in zip(marks, marks[1:], strict=False):
                     phases[mode].setdefault(name, []).append(after - before)
+                    if mode == "cached":
+                        peaks.setdefault(name, []).append(peak)
     table = Table(
         title=f"one ClientApp train message, MLP [{args.hidden}] on digits "
         f"(median of {args.repeats} fresh processes each)"
@@ -174,8 +182,15 @@ def main() -> None:
     table.add_column("phase")
     for mode in MODES:
         table.add_column(f"{mode} (s)", justify="right")
+    table.add_column("cached: peak RSS so far (x model)", justify="right")
+    model_kib = report["model_bytes"] / 1024
     for name in phases["cached"]:
-        table.add_row(name, *(f"{statistics.median(phases[m][name]):.2f}" for m in MODES))
+        peak = statistics.median(peaks[name])
+        table.add_row(
+            name,
+            *(f"{statistics.median(phases[m][name]):.2f}" for m in MODES),
+            f"{peak / 2**10:.0f} MiB ({peak / model_kib:.1f}x)",
+        )
     message = [
         sum(statistics.median(v) for k, v in phases[m].items() if not k.startswith("before"))
         for m in MODES
