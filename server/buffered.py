@@ -222,6 +222,12 @@ class BufferedServer:
             return self._refuse(client, f"internal error while decoding: {exc!r}")
         return Receipt(True)
 
+    def refuse(self, client: int, reason: str) -> Receipt:
+        """Ends `client`'s task with a reply the runtime could not read: a refused update."""
+        if self.in_flight.pop(client, None) is None:
+            return Receipt(False, f"{client_id(client)} has no task in flight")
+        return self._refuse(client, reason)
+
     def drop(self, client: int) -> None:
         """Ends `client`'s task without an update (it timed out, failed or lost its state)."""
         if self.in_flight.pop(client, None) is not None:
