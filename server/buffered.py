@@ -191,7 +191,9 @@ class BufferedServer:
             ValueError: `client` already has a task in flight.
         """
         if client in self.in_flight:
-            raise ValueError(f"client {client} is already training (version {self.in_flight[client]})")
+            raise ValueError(
+                f"client {client} is already training (version {self.in_flight[client]})"
+            )
         round = self.version + 1
         if self._downlink is None or self._downlink[0] != self.version:
             payloads, _ = self.dense.encode(self.model, self.dense.init(self.model))

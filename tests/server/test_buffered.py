@@ -183,17 +183,21 @@ def test_a_users_staleness_function_registers_like_the_built_ins():
         kind: Literal["cutoff"] = "cutoff"
         tau: int = 1
 
+    saved = dict(STALENESS._entries)
     STALENESS.register(
         "cutoff", section=Cutoff, factory=lambda s: lambda tau: 1.0 if tau <= s.tau else 0.0
     )
-    workspace, server = setup(buffer=1, staleness={"kind": "cutoff", "tau": 0})
-    server.dispatch(0), server.dispatch(1)
-    answer(workspace, server, 1, 0.0)
-    server.step()
-    before = server.model["head.bias"].clone()
-    answer(workspace, server, 0, 1.0)  # tau 1 > 0: weight 0
-    assert server.step().arrivals[0].weight == 0.0
-    assert torch.equal(server.model["head.bias"], before)
+    try:
+        workspace, server = setup(buffer=1, staleness={"kind": "cutoff", "tau": 0})
+        server.dispatch(0), server.dispatch(1)
+        answer(workspace, server, 1, 0.0)
+        server.step()
+        before = server.model["head.bias"].clone()
+        answer(workspace, server, 0, 1.0)  # tau 1 > 0: weight 0
+        assert server.step().arrivals[0].weight == 0.0
+        assert torch.equal(server.model["head.bias"], before)
+    finally:
+        STALENESS._entries = saved
 
 
 @pytest.mark.parametrize(

@@ -113,7 +113,9 @@ def _problems(section: BufferedAsync, experiment: Any, where: str) -> list[str]:
     if experiment.decentralized:
         problems.append(f"{where} is the star's server; gossip peers have none")
     if experiment.runtime.kind not in ("simulation", "flower"):
-        problems.append(f"{where} runs in the simulation or on Flower, not {experiment.runtime.kind!r}")
+        problems.append(
+            f"{where} runs in the simulation or on Flower, not {experiment.runtime.kind!r}"
+        )
     if getattr(experiment.runtime, "checkpoint_every", 0):
         problems.append(
             f"{where}: runtime.checkpoint_every is not supported (an asynchronous run's "

@@ -185,8 +185,8 @@ def simulate_buffered(
             compute_s=compute_s,
             wall_s=time.perf_counter() - wall,
             **step_counts(step, started),
-            sim_clock_s=clock,
         )
+        record.update(RoundCounts(sim_clock_s=clock))
         records.append(record)
         if on_round is not None:
             on_round(record)

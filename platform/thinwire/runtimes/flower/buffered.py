@@ -44,7 +44,7 @@ from flwr.serverapp import Grid
 from thinwire.channel import Channel
 from thinwire.config import BufferedAsync, Experiment, FlowerRuntime
 from thinwire.learning import Federation, simulation_threads, torch_threads
-from thinwire.metrics import RoundRecord, RunRecorder, round_record, schema
+from thinwire.metrics import RoundCounts, RoundRecord, RunRecorder, round_record, schema
 from thinwire.runtimes.asynchronous import choose_idle, step_counts
 from thinwire.runtimes.flower.exchange import Exchange
 from thinwire.runtimes.flower.messages import (
@@ -153,9 +153,8 @@ class FlowerBuffered:
                 continue
             self._list_nodes()
             deadline = min(task.deadline for task in self._tasks.values())
-            step_at = self.server.version
             self.exchange.wait(
-                lambda: self.server.version != step_at or not self._tasks,
+                self._stepped(self.server.version),
                 min(deadline, time.monotonic() + _LIST_NODES_EVERY_S),
             )
             self._expire()
@@ -163,6 +162,10 @@ class FlowerBuffered:
         if self._tasks:
             logger.info("%d task(s) still in flight after the last step", len(self._tasks))
         return self.server.model
+
+    def _stepped(self, version: int) -> Callable[[], bool]:
+        """Whether the server moved past `version`, or has no task left to wait for."""
+        return lambda: self.server.version != version or not self._tasks
 
     def _idle_live(self) -> bool:
         return any(c not in self.server.in_flight for c in self.roster.live())
@@ -184,7 +187,9 @@ class FlowerBuffered:
         for c in chosen:
             sent = server.dispatch(c)
             self._interval.down[c] = len(sent.data)
-            content = instruction(sent.data, sent.round, sent.delivered, state_round=sent.state_round)
+            content = instruction(
+                sent.data, sent.round, sent.delivered, state_round=sent.state_round
+            )
             messages.append(
                 Message(content, self.roster.node(c), TRAIN, ttl=timeout, group_id=str(sent.round))
             )
@@ -264,9 +269,7 @@ class FlowerBuffered:
         self._cum_down += down
         rounds = self.experiment.train.rounds
         evaluated = step.version % self.experiment.train.eval_every == 0 or step.version == rounds
-        evaluation = (
-            self.server.evaluate(*self.federation.test_data()) if evaluated else None
-        )
+        evaluation = self.server.evaluate(*self.federation.test_data()) if evaluated else None
         replies = interval.replies
         record = round_record(
             round=step.version,
@@ -281,8 +284,9 @@ class FlowerBuffered:
             compute_s=max((r.compute_s for r in replies.values()), default=0.0),
             wall_s=time.perf_counter() - interval.start,
             **step_counts(step, interval.started),
-            dropouts=len(interval.dropped),
-            state_lost=len(interval.state_lost),
+        )
+        record.update(
+            RoundCounts(dropouts=len(interval.dropped), state_lost=len(interval.state_lost))
         )
         logger.info(
             "step %d/%d: accuracy %.4f, %d buffered (staleness max %d), %d B up, %d B down",
@@ -321,7 +325,9 @@ class FlowerBuffered:
             return
         ttl = self.settings.round_timeout_s
         messages = [Message(RecordDict(), node, IDENTIFY, ttl=ttl) for node in nodes]
-        for node, message_id in zip(nodes, self.exchange.push(messages, self._on_identity)):
+        for node, message_id in zip(
+            nodes, self.exchange.push(messages, self._on_identity), strict=True
+        ):
             if message_id:
                 self._identifying[message_id] = node
             else:

@@ -27,8 +27,8 @@ from flwr.serverapp import Grid, ServerApp
 
 from thinwire.learning import load_federation
 from thinwire.metrics import RunRecorder
-from thinwire.runtimes.flower.messages import read_run_config
 from thinwire.runtimes.flower.buffered import FlowerBuffered
+from thinwire.runtimes.flower.messages import read_run_config
 from thinwire.runtimes.flower.rounds import FlowerStar
 
 __all__ = ["app", "main"]
