@@ -108,3 +108,21 @@ def test_with_fewer_in_flight_than_clients_the_idle_ones_are_drawn_by_version():
 def test_resume_is_refused_with_a_reason(tmp_path: Path):
     with pytest.raises(ValueError, match="asynchronous server's run"):
         simulate(experiment({}), resume=tmp_path / "round-1.pt")
+
+
+def test_the_example_runs_as_shipped(tmp_path: Path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from thinwire.cli import app
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "async.yaml"
+    overrides = ["train.rounds=3", f"output={tmp_path}", "train.device=cpu"]
+    args = ["run", str(example), "-q", *(x for o in overrides for x in ("--set", o))]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    [run_dir] = tmp_path.iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["rounds"] == 3 and summary["updates_sent"] == 9
+    assert summary["last_buffered"] == 3 and summary["sim_time_s"] > 0
