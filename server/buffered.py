@@ -195,6 +195,8 @@ class BufferedServer:
                 f"client {client} is already training (version {self.in_flight[client]})"
             )
         round = self.version + 1
+        if self.last_round.get(client) == round:
+            raise ValueError(f"client {client} already had a task on version {self.version}")
         if self._downlink is None or self._downlink[0] != self.version:
             payloads, _ = self.dense.encode(self.model, self.dense.init(self.model))
             self._downlink = (self.version, encode(Update("server", round, Kind.MODEL, payloads)))

@@ -174,6 +174,9 @@ def test_one_task_per_client_at_a_time():
     server.dispatch(0)
     with pytest.raises(ValueError, match="already training"):
         server.dispatch(0)
+    server.drop(0)
+    with pytest.raises(ValueError, match="already had a task on version 0"):
+        server.dispatch(0)  # its next task waits for the next version
 
 
 def test_a_users_staleness_function_registers_like_the_built_ins():

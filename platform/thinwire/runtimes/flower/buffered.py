@@ -23,7 +23,7 @@ Nothing stalls the buffer:
   `QuorumError`, as a synchronous round with fewer than `runtime.min_replies` answers does.
 
 Here arrival order is real, so a run equals the simulator's only where the order cannot
-matter (M = 1, or K = M = `data.clients`; tests/runtimes/flower/test_buffered.py). Its
+matter (M = 1, or K = M = `data.clients`; tests/runtimes/flower/test_buffered_rounds.py). Its
 records have the simulator's keys but `sim_clock_s`; `sim_time_s` is the channel's time of
 the step's transfers as a synchronous round counts it, `wall_s` the real time between
 steps. `--resume` is refused (a step leaves tasks in flight).
@@ -168,12 +168,19 @@ class FlowerBuffered:
         return lambda: self.server.version != version or not self._tasks
 
     def _idle_live(self) -> bool:
-        return any(c not in self.server.in_flight for c in self.roster.live())
+        return any(self._can_start(c) for c in self.roster.live())
+
+    def _can_start(self, client: int) -> bool:
+        """Idle, and not yet sent the current version (one task per client and version)."""
+        server = self.server
+        return client not in server.in_flight and server.last_round.get(client) != (
+            server.version + 1
+        )
 
     def _start(self) -> None:
         """Starts tasks on the current model, up to M, at live idle clients."""
         server = self.server
-        idle = [c for c in self.roster.live() if c not in server.in_flight]
+        idle = [c for c in self.roster.live() if self._can_start(c)]
         chosen = choose_idle(
             self.experiment, idle, self.concurrency - len(server.in_flight), server.version
         )

@@ -16,6 +16,7 @@ from thinwire.learning import load_federation
 from thinwire.metrics import RunRecorder
 from thinwire.runtimes.flower.buffered import FlowerBuffered
 from thinwire.runtimes.flower.messages import TRAIN, read_instruction
+from thinwire.runtimes.flower.strategy import QuorumError
 from thinwire.runtimes.simulation import simulate
 
 KEYS = ("accuracy", "loss", "train_loss", "bytes_up", "bytes_down", "updates_sent")
@@ -101,6 +102,27 @@ def test_a_node_that_stops_answering_does_not_stall_the_buffer(
     records = flower.recorder.records
     assert [(r["buffered"], r["dropouts"]) for r in records] == [(3, 0), (2, 1), (2, 0)]
     assert "client 2 dropped out: no reply by the deadline" in caplog.text
+
+
+def test_a_run_whose_every_task_is_lost_stops_with_a_quorum_error(tmp_path: Path) -> None:
+    exp = experiment(
+        tmp_path,
+        server={"kind": "buffered_async", "buffer": 2},
+        runtime={"round_timeout_s": 0.3, "first_round_timeout_s": 0.3},
+    )
+    grid = LocalGrid(run_config(exp), 3)
+    for partition in range(3):
+        dying_at(grid, partition, round=2)
+    flower = buffered(tmp_path, grid, exp)
+    # Step 1 takes two updates; the third, stale, goes into step 2 with the two lost tasks;
+    # the last live client's task is lost too, and nothing is left to step on.
+    with pytest.raises(QuorumError, match="version 2: none of the 1 tasks since the last step"):
+        flower.run()
+    records = flower.recorder.records
+    assert [(r["buffered"], r["staleness_max"], r["dropouts"]) for r in records] == [
+        (2, 0, 0),
+        (1, 1, 2),
+    ]
 
 
 def test_a_corrupted_update_is_rejected_counted_and_the_buffer_goes_on(tmp_path: Path) -> None:
