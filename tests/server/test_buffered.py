@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from hostile_updates import CASES, hostile_bytes
 from pydantic import ValidationError
 from star_helpers import tiny_experiment
 
@@ -226,3 +227,32 @@ def test_settings_an_asynchronous_server_cannot_honour_are_refused(server, secti
     }
     with pytest.raises((ConfigError, ValidationError, ValueError), match=message):
         parse_config(raw)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_hostile_update_of_the_corpus_is_refused_and_the_buffer_goes_on(case: str) -> None:
+    hostile = CASES[case]
+    experiment = tiny_experiment(
+        codec=hostile.server_codec, server={"kind": "buffered_async", "buffer": 3}
+    )
+    workspace = load_federation(experiment).workspace
+    server = BufferedServer(experiment=experiment, workspace=workspace, initial=workspace.tensors())
+    for version in (0, 1):
+        before = {k: v.clone() for k, v in server.model.items()}
+        for c in range(4):
+            server.dispatch(c)
+        codec = server.uplink
+        spec = codec.wire_spec
+        receipt = server.receive(3, hostile_bytes(case, spec, 3, version + 1))
+        assert not receipt.accepted and hostile.reason in str(receipt.error)
+        for c in range(3):
+            g = torch.Generator().manual_seed(100 * version + c)
+            tensors = {s.name: torch.randn(s.shape, generator=g) * 0.01 for s in codec.spec}
+            payloads, _ = codec.encode(tensors, codec.init(tensors))
+            metrics = {"num_examples": 20.0}
+            honest = Update(f"client-{c}", version + 1, Kind.MODEL_DELTA, payloads, metrics)
+            assert server.receive(c, encode(honest)).accepted
+        step = server.step()
+        assert [a.client for a in step.arrivals] == [0, 1, 2] and list(step.rejected) == [3]
+        assert all(bool(torch.isfinite(v).all()) for v in server.model.values())
+        assert any(not torch.equal(server.model[k], before[k]) for k in before)
