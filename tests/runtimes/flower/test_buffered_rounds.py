@@ -10,7 +10,14 @@ import pytest
 import torch
 from flower_local import LocalGrid
 from flwr.app import Array, ArrayRecord, Context, Message
-from test_rounds import dying_at, experiment, replacing_replies, run_config, task_identity  # noqa: F401
+from test_rounds import (  # noqa: F401  (fixtures)
+    dying_at,
+    experiment,
+    replacing_replies,
+    run_config,
+    task_identity,
+    two_threads,
+)
 
 from thinwire.learning import load_federation
 from thinwire.metrics import RunRecorder
@@ -38,6 +45,7 @@ def buffered(tmp_path: Path, grid: LocalGrid, exp: Any, **kwargs: Any) -> Flower
     ],
     ids=["k-equals-m-equals-clients", "one-in-flight"],
 )
+@pytest.mark.usefixtures("two_threads")
 def test_a_run_in_a_deterministic_order_equals_the_simulated_run_bit_for_bit(
     tmp_path: Path, server: dict
 ) -> None:
