@@ -5,6 +5,8 @@ import pytest
 from thinwire import seeding
 from thinwire.seeding import (
     bucket_seed,
+    client_speed_seed,
+    dispatch_seed,
     downlink_codec_seed,
     dp_mask_seed,
     dp_noise_seed,
@@ -40,6 +42,8 @@ PINNED = [
     (jwins_alpha_seed(RUN, 3, 4), 14678954936954702792),
     (graph_draw_seed(RUN, 2), 8520201743356848002),
     (graph_round_seed(RUN, 4), 3244318073298522973),
+    (client_speed_seed(RUN), 18029624317084904543),
+    (dispatch_seed(RUN, 4), 15216413937954475623),
     (mix(7), 7191089600892374487),
     (mix(7, 1, 2), 1650069959653123811),
 ]
@@ -63,6 +67,8 @@ def test_run_streams_differ_from_one_another():
         peer_train_seed(RUN, client, round),
         peer_codec_seed(RUN, client),
         jwins_alpha_seed(RUN, client, round),
+        client_speed_seed(RUN),
+        dispatch_seed(RUN, round),
     ]
     assert len(set(values)) == len(values)
 
@@ -88,6 +94,8 @@ def test_graph_seeds_differ_by_path():
 def test_every_public_function_is_pinned_or_checked():
     assert set(seeding.__all__) == {
         "bucket_seed",
+        "client_speed_seed",
+        "dispatch_seed",
         "dp_mask_seed",
         "dp_noise_seed",
         "downlink_codec_seed",

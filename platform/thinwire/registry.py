@@ -72,6 +72,7 @@ __all__ = [
     "RUNTIMES",
     "SCHEDULES",
     "SELECTORS",
+    "STALENESS",
     "TRANSFORMS",
     "DatasetEntry",
     "Kinded",
@@ -484,3 +485,7 @@ DATASETS = NameRegistry("dataset")
 # RunOutcome` writes the run folder (thinwire.runtimes.run_folder); a runtime that runs as
 # several commands (Flower, gossip peers) raises ValueError naming them.
 RUNTIMES: Registry[Callable[[Any, Any, Any], Any]] = Registry("runtime")
+
+# Staleness weights of the buffered asynchronous server: `factory(section) -> (tau -> float)`
+# (thinwire.server.buffered).
+STALENESS: Registry[Callable[[Any], Callable[[int], float]]] = Registry("staleness function")

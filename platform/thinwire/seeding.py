@@ -46,6 +46,8 @@ __all__ = [
     "train_seed",
     "uplink_codec_seed",
     "bucket_seed",
+    "client_speed_seed",
+    "dispatch_seed",
 ]
 
 _MASK64 = (1 << 64) - 1
@@ -55,6 +57,7 @@ _MASK64 = (1 << 64) - 1
 _DOWNLINK, _UPLINK, _TRAIN, _POLICY, _SAMPLING, _DP_NOISE = 0, 1, 2, 3, 4, 5
 _PEER_TRAIN, _PEER_CODEC, _JWINS_ALPHA = 101, 102, 103
 _DP_MASK = 0x6D61736B
+_SPEED, _DISPATCH = 201, 202  # the asynchronous star's streams
 
 
 def _splitmix64(x: int) -> int:
@@ -112,6 +115,16 @@ def dp_noise_seed(run_seed: int, client: int, round: int) -> int:
 def dp_mask_seed(run_seed: int, round: int) -> int:
     """The random-sparsification mask of `round`, shared by every client."""
     return mix(run_seed, _DP_MASK, round)
+
+
+def client_speed_seed(run_seed: int) -> int:
+    """The simulated compute-speed factors of an asynchronous star's clients (drawn once)."""
+    return mix(run_seed, _SPEED)
+
+
+def dispatch_seed(run_seed: int, version: int) -> int:
+    """Which idle clients an asynchronous server starts after its step to `version`."""
+    return mix(run_seed, _DISPATCH, version)
 
 
 def peer_train_seed(run_seed: int, peer: int, round: int) -> int:

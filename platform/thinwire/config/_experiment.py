@@ -11,6 +11,7 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from thinwire.config._aggregation import AggregationConfig, aggregation_problems
+from thinwire.config._asynchronous import BufferedAsync
 from thinwire.config._base import Section
 from thinwire.config._codec import CodecConfig
 from thinwire.config._gossip import (
@@ -41,6 +42,10 @@ def _no_plugins(names: list[str]) -> bool:
     return not names
 
 
+def _synchronous(server: BufferedAsync | None) -> bool:
+    return server is None
+
+
 class Experiment(Section):
     """One experiment: everything `thinwire run` needs."""
 
@@ -66,6 +71,9 @@ class Experiment(Section):
     channel: ChannelConfig = ChannelConfig()
     aggregation: AggregationConfig = AggregationConfig()
     """Bounds on received updates, and the star server's aggregation rule."""
+    server: Annotated[BufferedAsync | None, Field(exclude_if=_synchronous)] = None
+    """The star's server schedule: None runs synchronous rounds; `kind: buffered_async` an
+    asynchronous server (FedBuff); left out of a dump when None."""
     runtime: Runtime = SimulationRuntime()
     output: Path = Path("runs")
     """Folder that receives the run folders."""

@@ -75,6 +75,10 @@ EPSILON: Final = "epsilon"
 CLIENT_ACCURACY: Final = "client_accuracy"
 CLIENT_LOSS: Final = "client_loss"
 EVAL_BYTES_DOWN: Final = "eval_bytes_down"
+BUFFERED: Final = "buffered"
+STALENESS_MEAN: Final = "staleness_mean"
+STALENESS_MAX: Final = "staleness_max"
+SIM_CLOCK_S: Final = "sim_clock_s"
 
 _KEYS = (
     Key(ROUND, "count", "1-based round number"),
@@ -109,6 +113,10 @@ _KEYS = (
     Key(CLIENT_ACCURACY, "fraction", "flower client_eval: example-weighted client accuracy"),
     Key(CLIENT_LOSS, "nats", "flower client_eval: example-weighted client test loss"),
     Key(EVAL_BYTES_DOWN, "bytes", "flower client_eval: bytes sent down for the evaluation"),
+    Key(BUFFERED, "count", "asynchronous star: updates the server step aggregated"),
+    Key(STALENESS_MEAN, "steps", "asynchronous star: mean staleness tau of those updates"),
+    Key(STALENESS_MAX, "steps", "asynchronous star: largest staleness tau of those updates"),
+    Key(SIM_CLOCK_S, "s", "asynchronous star: simulated time of the server step"),
 )
 
 KEYS: Final[Mapping[str, Key]] = {k.name: k for k in _KEYS}
@@ -154,6 +162,10 @@ class RoundCounts(TypedDict, total=False):
     client_accuracy: float
     client_loss: float
     eval_bytes_down: int
+    buffered: int
+    staleness_mean: float
+    staleness_max: int
+    sim_clock_s: float
 
 
 class RoundRecord(RoundCounts):

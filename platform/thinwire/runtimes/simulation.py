@@ -125,7 +125,29 @@ def _simulate(
             gossip.records, gossip.model, [], gossip.input_shape, gossip.num_classes
         )
     federation = load_federation(experiment)
+    if experiment.server is not None:
+        return _run_buffered(experiment, federation, on_round, resume)
     return _run_star(experiment, federation, on_round, checkpoints, resume)
+
+
+def _run_buffered(
+    experiment: Experiment,
+    federation: Federation,
+    on_round: Callable[[RoundRecord], None] | None,
+    resume: Path | None,
+) -> SimulationResult:
+    if resume is not None:
+        raise ValueError(
+            "--resume continues a synchronous star; an asynchronous server's run "
+            "(server.kind buffered_async) has tasks in flight at every step: run it again"
+        )
+    from thinwire.runtimes.asynchronous import simulate_buffered
+
+    records, server, clients = simulate_buffered(experiment, federation, on_round)
+    dataset = federation.dataset
+    return SimulationResult(
+        records, server.model, [c.state for c in clients], dataset.input_shape, dataset.num_classes
+    )
 
 
 def _every(experiment: Experiment) -> int:

@@ -27,6 +27,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from thinwire.learning import load_federation
 from thinwire.metrics import RunRecorder
+from thinwire.runtimes.flower.buffered import FlowerBuffered
 from thinwire.runtimes.flower.messages import read_run_config
 from thinwire.runtimes.flower.rounds import FlowerStar
 
@@ -47,7 +48,8 @@ def main(grid: Grid, context: Context) -> None:
     run_dir = Path(settings.run_dir) if settings.run_dir else None
     with RunRecorder(experiment, run_dir=run_dir) as recorder:
         logger.info("run folder: %s", recorder.dir)
-        star = FlowerStar(
+        loop = FlowerBuffered if experiment.server is not None else FlowerStar
+        star = loop(
             grid=grid,
             experiment=experiment,
             federation=federation,
