@@ -45,6 +45,7 @@ __all__ = [
     "tensor_step_seed",
     "train_seed",
     "uplink_codec_seed",
+    "vote_tie_seed",
     "bucket_seed",
 ]
 
@@ -55,6 +56,7 @@ _MASK64 = (1 << 64) - 1
 _DOWNLINK, _UPLINK, _TRAIN, _POLICY, _SAMPLING, _DP_NOISE = 0, 1, 2, 3, 4, 5
 _PEER_TRAIN, _PEER_CODEC, _JWINS_ALPHA = 101, 102, 103
 _DP_MASK = 0x6D61736B
+_VOTE_TIE = 0x766F7465  # "vote"
 
 
 def _splitmix64(x: int) -> int:
@@ -112,6 +114,11 @@ def dp_noise_seed(run_seed: int, client: int, round: int) -> int:
 def dp_mask_seed(run_seed: int, round: int) -> int:
     """The random-sparsification mask of `round`, shared by every client."""
     return mix(run_seed, _DP_MASK, round)
+
+
+def vote_tie_seed(run_seed: int, round: int) -> int:
+    """The majority-vote server's tie-break among equally voted coordinates in `round`."""
+    return mix(run_seed, _VOTE_TIE, round)
 
 
 def peer_train_seed(run_seed: int, peer: int, round: int) -> int:

@@ -155,6 +155,7 @@ from thinwire.config._topology import (
     Topology,
     TorusTopology,
 )
+from thinwire.config._vote import MajorityVote
 
 __all__ = [
     "AccessRule",
@@ -213,6 +214,7 @@ __all__ = [
     "LinearBatch",
     "LogisticRegression",
     "MLP",
+    "MajorityVote",
     "MatchingTopology",
     "MatrixFileWeights",
     "MaxDegreeWeights",
