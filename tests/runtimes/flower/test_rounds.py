@@ -113,6 +113,8 @@ PRIVACY = {
     "max_grad_norm": 1.0,
     "sparsity": {"final_rate": 0.5, "schedule": "linear"},
 }
+VOTE = {"density": 0.05, "mask": "previous"}
+"""Majority-vote sparse SGD; only its one-exchange variant runs on Flower."""
 SHARED_MASK = {"scope": "model", "select": {"kind": "shared_mask"}}
 POLICY_KEYS = ("censored", "reused", "slot_successes", "slot_collisions", "slot_idle", "epsilon")
 
@@ -136,6 +138,11 @@ POLICY_KEYS = ("censored", "reused", "slot_successes", "slot_collisions", "slot_
         ),
         {"privacy": PRIVACY, "codec": SHARED_MASK},
         {"codec": MULTISCALE, "downlink": MULTISCALE},
+        {
+            "codec": {},
+            "vote": VOTE,
+            "train": {"rounds": 3, "local_steps": 4, "participation": 0.67},
+        },
     ],
     ids=[
         "topk-ef",
@@ -144,6 +151,7 @@ POLICY_KEYS = ("censored", "reused", "slot_successes", "slot_collisions", "slot_
         "random-access",
         "dp-random-sparsification",
         "multiscale-qsgd-both-ways",
+        "majority-vote-previous-mask-partial-participation",
     ],
 )
 @pytest.mark.usefixtures("two_threads")
@@ -416,8 +424,9 @@ def replies_lost_from(grid: LocalGrid, round: int) -> None:
         {},
         pytest.param({"downlink": TOPK_EF}, marks=pytest.mark.slow),
         pytest.param({"policy": CENSOR, "codec": {}}, marks=pytest.mark.slow),
+        {"codec": {}, "vote": VOTE},
     ],
-    ids=["topk-ef", "compressed-downlink", "censoring"],
+    ids=["topk-ef", "compressed-downlink", "censoring", "majority-vote-previous-mask"],
 )
 @pytest.mark.usefixtures("two_threads")
 def test_a_resumed_run_equals_the_uninterrupted_one_bit_for_bit(
