@@ -27,10 +27,11 @@ in round t - 1 and has round 1 only vote (its whole a_i stays in the residual).
 Wire form. Everything is an `Update` (`thinwire.wire`): an index set (a vote, a mask) is a
 payload over the flattened model's d coordinates with a sparse support, which the wire
 writes as Rice-coded gaps or a d-bit bitmap, whichever is smaller; the wire format has no
-payload without values, so it carries K sign bits (all positive) and one fp32 scale
-besides. Values on S are a dense payload of K fp32 values over a domain of K, so their
-message is a header plus 4 K bytes. Tensor names hold a colon, which no model parameter's
-name does, so a vote, a mask or values in the place of another is refused by name.
+payload without values, so it carries K zero QSGD levels besides, which the wire codes as
+"no non-zero level" (a norm and a few bytes, whatever K is). Values on S are a dense
+payload of K fp32 values over a domain of K, so their message is a header plus 4 K bytes.
+Tensor names hold a colon, which no model parameter's name does, so a vote, a mask or
+values in the place of another is refused by name.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ from thinwire.seeding import vote_tie_seed
 from thinwire.wire import (
     DenseSupport,
     Payload,
+    QuantizedValues,
     RawValues,
-    SignValues,
     SparseSupport,
     TensorSpec,
     WireError,
@@ -143,12 +144,12 @@ def values_spec(name: str, k: int) -> TensorSpec:
 
 
 def index_payload(indices: torch.Tensor, d: int) -> Payload:
-    """An index set as a payload: sparse support, one positive sign per index, scale 1."""
+    """An index set as a payload: its sparse support, and zero levels (a few bytes)."""
     k = int(indices.numel())
     return Payload(
         (d,),
         SparseSupport(indices.detach().cpu().to(torch.int64)),
-        SignValues(torch.zeros(k, dtype=torch.bool), torch.ones(1), 0),
+        QuantizedValues(torch.zeros(k, dtype=torch.int8), torch.zeros(1), 1, 0),
     )
 
 
@@ -169,8 +170,8 @@ def read_index_set(payload: Payload, *, k: int, exact: bool, what: str) -> torch
     support, values = payload.support, payload.values
     if not isinstance(support, SparseSupport):
         raise WireError(f"{what} must list its indices, got a {type(support).__name__}")
-    if not isinstance(values, SignValues) or bool(values.negative.any()):
-        raise WireError(f"{what} carries values; an index set carries positive signs only")
+    if not isinstance(values, QuantizedValues) or bool(values.levels.any()):
+        raise WireError(f"{what} carries values; an index set carries zero levels only")
     indices = support.indices.to(torch.int64)
     count = int(indices.numel())
     if count > k or (exact and count != k):
