@@ -27,6 +27,10 @@ from thinwire.runtimes.flower.rounds import FlowerStar, QuorumError
 from thinwire.runtimes.flower.state import state_key
 from thinwire.runtimes.simulation import simulate
 from thinwire.server import aggregator, sample_clients
+from thinwire.voting import VALUES, index_payload, support_size, values_payload
+from thinwire.voting import VOTE as VOTE_TENSOR
+from thinwire.wire import Kind, Update, encode
+from thinwire.wire import update_pb2 as pb
 
 TOPK_EF = {"scope": "model", "select": {"kind": "topk", "density": 0.05}, "error_feedback": True}
 MULTISCALE = {"quantize": {"kind": "multiscale_qsgd", "bits": 4, "scales": 2, "bucket": 256}}
@@ -485,3 +489,30 @@ def test_a_round_whose_clients_all_left_stops_the_run_after_a_checkpoint(
     assert "client 0: node 1000 left the federation" in caplog.text
     assert [r["round"] for r in flower.recorder.records] == [1]
     assert (tmp_path / "run" / "checkpoints" / "round-000001.pt").is_file()
+
+
+def test_a_hostile_vote_from_a_node_is_rejected_counted_and_the_rounds_go_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    exp = experiment(tmp_path, codec={}, vote=VOTE)
+    d = sum(s.numel for s in load_federation(exp).workspace.spec)
+    k = support_size(VOTE["density"], d)
+
+    def overvote(reply: Message, context: Context) -> Message:
+        honest = pb.Update.FromString(reply.content["update"]["update"].data)
+        tensors = {VOTE_TENSOR: index_payload(torch.arange(k + 1), d)}  # one index too many
+        if honest.round > 1:
+            tensors = {VALUES: values_payload(torch.zeros(k)), **tensors}
+        metrics = {"num_examples": 1.0}
+        data = encode(Update(honest.sender, honest.round, Kind.MODEL_DELTA, tensors, metrics))
+        array = Array(dtype="uint8", shape=(len(data),), stype="thinwire/update", data=data)
+        reply.content["update"] = ArrayRecord({"update": array})
+        return reply
+
+    grid = LocalGrid(run_config(exp), 3)
+    replacing_replies(grid, 1, overvote)
+    flower = star(exp, grid, tmp_path)
+    model = flower.run()
+    assert [r["rejected"] for r in flower.recorder.records] == [1, 1, 1]
+    assert f"lists {k + 1} indices, at most K = {k}" in caplog.text
+    assert all(bool(torch.isfinite(v).all()) for v in model.values())
