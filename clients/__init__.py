@@ -1,5 +1,15 @@
 """The federated client (the Flower ClientApp wraps it)."""
 
-from thinwire.clients.client import Client, ClientResult, ClientState
+from typing import Any
 
-__all__ = ["Client", "ClientResult", "ClientState"]
+from thinwire.clients.client import Client, ClientResult, ClientState
+from thinwire.clients.voter import VoteClient
+
+__all__ = ["Client", "ClientResult", "ClientState", "VoteClient", "build_client"]
+
+
+def build_client(**kwargs: Any) -> Client:
+    """The experiment's client (`Client` arguments): a `VoteClient` with a `vote` section."""
+    if kwargs["experiment"].vote is not None:
+        return VoteClient(**kwargs)
+    return Client(**kwargs)

@@ -236,6 +236,13 @@ class Aggregator:
     def _accumulate(self, client: int, data: bytes) -> None:
         self._check_reply(client)
         update = decode(data, self.uplink.wire_spec, kind=Kind.MODEL_DELTA)
+        self._check_update(client, update)
+        self.half.check(update)
+        check_forms(update.tensors, self.uplink.forms)
+        self._updates[client] = update
+
+    def _check_update(self, client: int, update: Update) -> None:
+        """Sender, round and claimed example count of a decoded update."""
         if update.sender != client_id(client):
             raise WireError(f"sender {update.sender!r} does not match {client_id(client)!r}")
         if update.round != self._round:
@@ -244,9 +251,6 @@ class Aggregator:
         cap = self._examples_cap(client)
         if not 1 <= examples <= cap:
             raise WireError(f"metric num_examples must be in [1, {cap}], got {examples}")
-        self.half.check(update)
-        check_forms(update.tensors, self.uplink.forms)
-        self._updates[client] = update
 
     def _examples_cap(self, client: int) -> int:
         if self.examples is not None and client in self.examples:

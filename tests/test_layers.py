@@ -40,6 +40,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "thinwire.seeding",
         "thinwire.statetree",
         "thinwire.tensorboard",
+        "thinwire.voting",
         "thinwire.wire",
     ),
     "role": (

@@ -24,6 +24,7 @@ from thinwire.seeding import (
     tensor_step_seed,
     train_seed,
     uplink_codec_seed,
+    vote_tie_seed,
 )
 
 RUN = 11
@@ -37,6 +38,7 @@ PINNED = [
     (sampling_seed(RUN, 4), 4543915319718161244),
     (dp_noise_seed(RUN, 3, 4), 7961553335998823752),
     (dp_mask_seed(RUN, 4), 10351522665879842713),
+    (vote_tie_seed(RUN, 4), 13955062102690954666),
     (peer_train_seed(RUN, 3, 4), 9820438797523800602),
     (peer_codec_seed(RUN, 3), 8361357275962831291),
     (jwins_alpha_seed(RUN, 3, 4), 14678954936954702792),
@@ -64,6 +66,7 @@ def test_run_streams_differ_from_one_another():
         sampling_seed(RUN, round),
         dp_noise_seed(RUN, client, round),
         dp_mask_seed(RUN, round),
+        vote_tie_seed(RUN, round),
         peer_train_seed(RUN, client, round),
         peer_codec_seed(RUN, client),
         jwins_alpha_seed(RUN, client, round),
@@ -113,4 +116,5 @@ def test_every_public_function_is_pinned_or_checked():
         "tensor_step_seed",
         "train_seed",
         "uplink_codec_seed",
+        "vote_tie_seed",
     }

@@ -45,6 +45,7 @@ __all__ = [
     "tensor_step_seed",
     "train_seed",
     "uplink_codec_seed",
+    "vote_tie_seed",
     "bucket_seed",
     "client_speed_seed",
     "dispatch_seed",
@@ -53,11 +54,13 @@ __all__ = [
 _MASK64 = (1 << 64) - 1
 
 # Stream tags of the run seed. Star streams are small integers, gossip streams 101-103, the
-# DP mask "mask" in ASCII; the downlink's tag 0 is followed by nothing.
+# asynchronous star's 201-202, the DP mask "mask" and the vote's tie-break "vote" in ASCII;
+# the downlink's tag 0 is followed by nothing.
 _DOWNLINK, _UPLINK, _TRAIN, _POLICY, _SAMPLING, _DP_NOISE = 0, 1, 2, 3, 4, 5
 _PEER_TRAIN, _PEER_CODEC, _JWINS_ALPHA = 101, 102, 103
 _DP_MASK = 0x6D61736B
 _SPEED, _DISPATCH = 201, 202  # the asynchronous star's streams
+_VOTE_TIE = 0x766F7465  # "vote"
 
 
 def _splitmix64(x: int) -> int:
@@ -125,6 +128,11 @@ def client_speed_seed(run_seed: int) -> int:
 def dispatch_seed(run_seed: int, version: int) -> int:
     """Which idle clients an asynchronous server starts after its step to `version`."""
     return mix(run_seed, _DISPATCH, version)
+
+
+def vote_tie_seed(run_seed: int, round: int) -> int:
+    """The majority-vote server's tie-break among equally voted coordinates in `round`."""
+    return mix(run_seed, _VOTE_TIE, round)
 
 
 def peer_train_seed(run_seed: int, peer: int, round: int) -> int:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from star_helpers import tiny_experiment
 
-from thinwire.clients import Client
+from thinwire.clients import Client, VoteClient
 from thinwire.learning import evaluate, load_dataset, load_saved_model
 from thinwire.metrics import load_records
 from thinwire.runtimes.run_folder import read_status, resume_run, run_experiment
@@ -15,7 +15,8 @@ TIMINGS = {"wall_s", "compute_s"}
 
 # Each keeps state between rounds in a different place: client residuals and momentum,
 # the server's momentum and compressed downlink copy, CSGD's stale updates, partial
-# participation, random-access outcomes, the DP ledger and a shared mask.
+# participation, random-access outcomes, the DP ledger and a shared mask, the vote's
+# residuals, masks and the server's last change.
 STATEFUL = {
     "feedback-downlink-momentum": dict(
         codec={"select": {"kind": "topk", "density": 0.05}, "error_feedback": True},
@@ -38,6 +39,12 @@ STATEFUL = {
         codec={"scope": "model", "select": {"kind": "shared_mask"}},
         train={"rounds": 6},
     ),
+    "majority-vote-previous": dict(
+        vote={"density": 0.05, "mask": "previous"}, train={"rounds": 6, "participation": 0.75}
+    ),
+    "majority-vote-two-phase": dict(
+        vote={"density": 0.05, "mask": "two_phase"}, train={"rounds": 6, "participation": 0.75}
+    ),
 }
 
 
@@ -55,14 +62,15 @@ def strip(records):
 
 
 def crash_at(monkeypatch, round):
-    original = Client.train_round
+    for kind in (Client, VoteClient):
+        original = kind.train_round
 
-    def train_round(self, downlink, r, *, delivered):
-        if r == round:
-            raise RuntimeError("power cut")
-        return original(self, downlink, r, delivered=delivered)
+        def train_round(self, downlink, r, *, delivered, original=original):
+            if r == round:
+                raise RuntimeError("power cut")
+            return original(self, downlink, r, delivered=delivered)
 
-    monkeypatch.setattr(Client, "train_round", train_round)
+        monkeypatch.setattr(kind, "train_round", train_round)
 
 
 @pytest.mark.slow

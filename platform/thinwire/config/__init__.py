@@ -163,6 +163,7 @@ from thinwire.config._topology import (
     Topology,
     TorusTopology,
 )
+from thinwire.config._vote import MajorityVote
 
 __all__ = [
     "AccessRule",
@@ -225,6 +226,7 @@ __all__ = [
     "LinearBatch",
     "LogisticRegression",
     "MLP",
+    "MajorityVote",
     "MatchingTopology",
     "MatrixFileWeights",
     "MaxDegreeWeights",

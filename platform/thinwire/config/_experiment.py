@@ -33,6 +33,7 @@ from thinwire.config._privacy import (
 )
 from thinwire.config._runtime import ChannelConfig, FlowerRuntime, Runtime, SimulationRuntime
 from thinwire.config._topology import GraphSection, StarTopology, Topology
+from thinwire.config._vote import MajorityVote
 from thinwire.plugins import PluginError, import_modules, load_entry_points
 
 ModuleName = Annotated[str, Field(pattern=r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")]
@@ -65,6 +66,9 @@ class Experiment(Section):
     policy: Policy = AlwaysSend()
     privacy: PrivacyConfig | None = None
     """DP-SGD on the clients; None trains without privacy."""
+    vote: MajorityVote | None = None
+    """Star: clients vote a common sparse support and send values on it (sparse SGD with
+    majority voting); None: the codec's updates."""
     topology: Topology = StarTopology()
     gossip: Gossip = ExactGossip()
     """What gossip peers exchange; applies to decentralized runs (see `decentralized`)."""

@@ -41,12 +41,12 @@ from thinwire.checkpoint import (
     round_checkpoint_path,
     save_checkpoint,
 )
-from thinwire.clients import Client, ClientState
+from thinwire.clients import Client, ClientState, VoteClient, build_client
 from thinwire.config import Experiment, SimulationRuntime
 from thinwire.learning import Federation, load_federation, simulation_threads, torch_threads
 from thinwire.metrics import RoundCounts, RoundRecord, round_record
 from thinwire.runtimes.star import Star, StarCheckpoint, read_star_state, star_state
-from thinwire.server import Aggregator
+from thinwire.server import Aggregator, build_aggregator
 from thinwire.statetree import Leaf, flatten, unflatten
 
 if TYPE_CHECKING:  # gossip's modules load only for a decentralized run
@@ -164,10 +164,10 @@ def _run_star(
 ) -> SimulationResult:
     workspace = federation.workspace
     clients = [
-        Client(index=i, experiment=experiment, x=x, y=y, workspace=workspace)
+        build_client(index=i, experiment=experiment, x=x, y=y, workspace=workspace)
         for i, (x, y) in enumerate(federation.all_client_data())
     ]
-    aggregator = Aggregator(
+    aggregator = build_aggregator(
         experiment=experiment,
         workspace=workspace,
         initial=workspace.tensors(),
@@ -209,6 +209,9 @@ def _run_star(
             losses.append(result.train_loss)
             if result.epsilon is not None:
                 spent[c] = result.epsilon
+            if star.votes_first:
+                star.collect_vote(c, result.data or b"")
+                continue
             star.collect(c, result.data)
             data = result.data
             if data is not None and not warned_slot and not channel.fits_slot(c, len(data)):
@@ -221,6 +224,8 @@ def _run_star(
                     experiment.channel.slot_ms,
                     c,
                 )
+        if star.votes_first:
+            _send_values(star, clients, round)
         finished = star.finish()
         outcome, up, down = finished.result, finished.bytes_up, finished.bytes_down
 
@@ -276,6 +281,14 @@ def _run_star(
         dataset.input_shape,
         dataset.num_classes,
     )
+
+
+def _send_values(star: Star, clients: Sequence[Client], round: int) -> None:
+    """The second exchange of a two-phase vote: the agreed mask out, values on it back."""
+    for c, mask in star.close_vote().items():
+        client = clients[c]
+        if isinstance(client, VoteClient):
+            star.collect(c, client.send_values(mask, round))
 
 
 # ---------------------------------------------------------------------- checkpoints

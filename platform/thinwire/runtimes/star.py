@@ -8,6 +8,9 @@ all-gathers bytes, and all three drive this one sequence around the same `Aggreg
 2. `broadcast(round, clients)`: each recipient's downlink bytes, with whether its previous
    update counted (told once, with its next downlink) and the round its kept state must be
    at (the last round it was sent a downlink);
+2b. with `votes_first` (majority vote, `vote.mask: two_phase`), `collect_vote(client,
+   vote)` for each client's vote, then `close_vote()` for each recipient's mask message,
+   whose answers (values on the mask) go to `collect`;
 3. `collect(client, update)` for each answer (`None` for a client that stayed silent), and
    `refuse(client)` for an answer the runtime could not read;
 4. `finish()` (or `abandon(reason)` when the server's own step fails, or `cancel()` to put
@@ -37,7 +40,14 @@ from thinwire.checkpoint import (
     save_checkpoint,
 )
 from thinwire.config import Experiment
-from thinwire.server import Aggregator, AggregatorState, Receipt, RoundResult, sample_clients
+from thinwire.server import (
+    Aggregator,
+    AggregatorState,
+    Receipt,
+    RoundResult,
+    VoteAggregator,
+    sample_clients,
+)
 from thinwire.statetree import flatten, unflatten
 
 __all__ = [
@@ -123,8 +133,32 @@ class Star:
         """Hands one client's update (None: it stayed silent) to the Aggregator."""
         if update is None:
             return self.aggregator.silent(client)
-        self._up[client] = len(update)
+        self._up[client] = self._up.get(client, 0) + len(update)
         return self.aggregator.receive(client, update)
+
+    @property
+    def votes_first(self) -> bool:
+        """Whether a round collects votes before values (`vote.mask: two_phase`)."""
+        return isinstance(self.aggregator, VoteAggregator) and self.aggregator.two_phase
+
+    def collect_vote(self, client: int, vote: bytes) -> Receipt:
+        """Two-phase vote: hands one client's vote to the server (its bytes count as uplink)."""
+        self._up[client] = self._up.get(client, 0) + len(vote)
+        return self._voter().receive_vote(client, vote)
+
+    def close_vote(self) -> dict[int, bytes]:
+        """Two-phase vote: the agreed mask's message for each recipient (counted as downlink)."""
+        masks = self._voter().close_vote()
+        bytes_down = self._opened().bytes_down
+        for client, data in masks.items():
+            bytes_down[client] += len(data)
+        return masks
+
+    def _voter(self) -> VoteAggregator:
+        aggregator = self.aggregator
+        if not isinstance(aggregator, VoteAggregator) or not aggregator.two_phase:
+            raise ValueError("this star's rounds have no vote phase (vote.mask: two_phase)")
+        return aggregator
 
     def refuse(self, client: int) -> None:
         """Counts an answer the runtime could not read: the client's update did not count."""

@@ -27,6 +27,10 @@ from thinwire.runtimes.flower.rounds import FlowerStar, QuorumError
 from thinwire.runtimes.flower.state import state_key
 from thinwire.runtimes.simulation import simulate
 from thinwire.server import aggregator, sample_clients
+from thinwire.voting import VALUES, index_payload, support_size, values_payload
+from thinwire.voting import VOTE as VOTE_TENSOR
+from thinwire.wire import Kind, Update, encode
+from thinwire.wire import update_pb2 as pb
 
 TOPK_EF = {"scope": "model", "select": {"kind": "topk", "density": 0.05}, "error_feedback": True}
 MULTISCALE = {"quantize": {"kind": "multiscale_qsgd", "bits": 4, "scales": 2, "bucket": 256}}
@@ -113,6 +117,8 @@ PRIVACY = {
     "max_grad_norm": 1.0,
     "sparsity": {"final_rate": 0.5, "schedule": "linear"},
 }
+VOTE = {"density": 0.05, "mask": "previous"}
+"""Majority-vote sparse SGD; only its one-exchange variant runs on Flower."""
 SHARED_MASK = {"scope": "model", "select": {"kind": "shared_mask"}}
 POLICY_KEYS = ("censored", "reused", "slot_successes", "slot_collisions", "slot_idle", "epsilon")
 
@@ -136,6 +142,11 @@ POLICY_KEYS = ("censored", "reused", "slot_successes", "slot_collisions", "slot_
         ),
         {"privacy": PRIVACY, "codec": SHARED_MASK},
         {"codec": MULTISCALE, "downlink": MULTISCALE},
+        {
+            "codec": {},
+            "vote": VOTE,
+            "train": {"rounds": 3, "local_steps": 4, "participation": 0.67},
+        },
     ],
     ids=[
         "topk-ef",
@@ -144,6 +155,7 @@ POLICY_KEYS = ("censored", "reused", "slot_successes", "slot_collisions", "slot_
         "random-access",
         "dp-random-sparsification",
         "multiscale-qsgd-both-ways",
+        "majority-vote-previous-mask-partial-participation",
     ],
 )
 @pytest.mark.usefixtures("two_threads")
@@ -416,8 +428,9 @@ def replies_lost_from(grid: LocalGrid, round: int) -> None:
         {},
         pytest.param({"downlink": TOPK_EF}, marks=pytest.mark.slow),
         pytest.param({"policy": CENSOR, "codec": {}}, marks=pytest.mark.slow),
+        {"codec": {}, "vote": VOTE},
     ],
-    ids=["topk-ef", "compressed-downlink", "censoring"],
+    ids=["topk-ef", "compressed-downlink", "censoring", "majority-vote-previous-mask"],
 )
 @pytest.mark.usefixtures("two_threads")
 def test_a_resumed_run_equals_the_uninterrupted_one_bit_for_bit(
@@ -476,3 +489,30 @@ def test_a_round_whose_clients_all_left_stops_the_run_after_a_checkpoint(
     assert "client 0: node 1000 left the federation" in caplog.text
     assert [r["round"] for r in flower.recorder.records] == [1]
     assert (tmp_path / "run" / "checkpoints" / "round-000001.pt").is_file()
+
+
+def test_a_hostile_vote_from_a_node_is_rejected_counted_and_the_rounds_go_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    exp = experiment(tmp_path, codec={}, vote=VOTE)
+    d = sum(s.numel for s in load_federation(exp).workspace.spec)
+    k = support_size(VOTE["density"], d)
+
+    def overvote(reply: Message, context: Context) -> Message:
+        honest = pb.Update.FromString(reply.content["update"]["update"].data)
+        tensors = {VOTE_TENSOR: index_payload(torch.arange(k + 1), d)}  # one index too many
+        if honest.round > 1:
+            tensors = {VALUES: values_payload(torch.zeros(k)), **tensors}
+        metrics = {"num_examples": 1.0}
+        data = encode(Update(honest.sender, honest.round, Kind.MODEL_DELTA, tensors, metrics))
+        array = Array(dtype="uint8", shape=(len(data),), stype="thinwire/update", data=data)
+        reply.content["update"] = ArrayRecord({"update": array})
+        return reply
+
+    grid = LocalGrid(run_config(exp), 3)
+    replacing_replies(grid, 1, overvote)
+    flower = star(exp, grid, tmp_path)
+    model = flower.run()
+    assert [r["rejected"] for r in flower.recorder.records] == [1, 1, 1]
+    assert f"lists {k + 1} indices, at most K = {k}" in caplog.text
+    assert all(bool(torch.isfinite(v).all()) for v in model.values())

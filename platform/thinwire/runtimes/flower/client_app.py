@@ -35,6 +35,7 @@ from flwr.app import ConfigRecord, Context, Error, Message
 from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 
+from thinwire.clients import build_client
 from thinwire.clients.client import Client, ClientState
 from thinwire.codecs.model import ModelCodec
 from thinwire.config import ConfigError, FlowerRuntime
@@ -157,7 +158,7 @@ def _client(context: Context) -> Client:
     model = build_model(
         experiment.model, data.input_shape, data.num_classes, seed=None, device=device
     )
-    return Client(
+    return build_client(
         index=identity.partition,
         experiment=experiment,
         x=data.x.to(device),

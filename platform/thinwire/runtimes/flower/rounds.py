@@ -40,6 +40,7 @@ from thinwire.runtimes.flower.exchange import Exchange
 from thinwire.runtimes.flower.messages import IDENTIFY
 from thinwire.runtimes.flower.strategy import QuorumError, StarStrategy
 from thinwire.runtimes.star import StarCheckpoint, load_star_checkpoint, save_star_checkpoint
+from thinwire.server import build_aggregator
 from thinwire.server.aggregator import Aggregator
 
 __all__ = ["FlowerStar", "QuorumError"]
@@ -68,7 +69,7 @@ class FlowerStar:
         self.recorder = recorder
         self.checkpoints = recorder.dir / "checkpoints"
         workspace = federation.workspace
-        aggregator = Aggregator(
+        aggregator = build_aggregator(
             experiment=experiment, workspace=workspace, initial=workspace.tensors()
         )
         self.cum_up = self.cum_down = 0
