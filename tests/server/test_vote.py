@@ -237,6 +237,7 @@ def test_a_simulated_run_sends_sparse_both_ways():
         ({"train": {"server": {"momentum": 0.5}}}, "momentum 0"),
         ({"policy": {"kind": "censor", "threshold": {"kind": "constant", "tau": 1}}}, "always"),
         ({"runtime": {"kind": "flower"}, "vote": {"mask": "two_phase"}}, "two exchanges"),
+        ({"server": {"kind": "buffered_async", "buffer": 1, "concurrency": 2}}, "asynchronous"),
     ],
 )
 def test_the_vote_refuses_what_it_replaces_or_cannot_run(sections, problem):

@@ -39,6 +39,8 @@ class MajorityVote(Section):
             problems.append("privacy is not combined with it")
         if experiment.train.server.momentum != 0.0:
             problems.append("the downlink sends the step on S only: train.server.momentum 0")
+        if getattr(experiment, "server", None) is not None:
+            problems.append("every round votes together: leave the asynchronous server unset")
         runtime = experiment.runtime.kind
         if runtime not in ("simulation", "flower"):
             problems.append(f"it runs in the simulator and on Flower, not runtime {runtime!r}")
