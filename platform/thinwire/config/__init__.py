@@ -54,6 +54,7 @@ from thinwire.config._codec import (
     SIDCo,
     TopK,
     Transform,
+    TwoMeanSign,
     WaveletTransform,
 )
 from thinwire.config._experiment import (
@@ -270,6 +271,7 @@ __all__ = [
     "TauSchedule",
     "Threshold",
     "TopK",
+    "TwoMeanSign",
     "Topology",
     "TorusTopology",
     "TrainConfig",

@@ -105,11 +105,16 @@ class QuantizedValues:
 
 @dataclass(frozen=True, slots=True)
 class SignValues:
-    """Scaled signs: value_i = scales[i // bucket] * (-1 if negative[i] else +1)."""
+    """Scaled signs: value_i = scales[i // bucket] * (-1 if negative[i] else +1).
+
+    Two-sided (`negative_scales` set): a negative value is -negative_scales[i // bucket]
+    instead, so each bucket carries two magnitudes (A2SGD's two means).
+    """
 
     negative: torch.Tensor  # (k,) bool
     scales: torch.Tensor  # (ceil(k / bucket),) float32; one entry when bucket == 0
     bucket: int  # carried values per scale; 0 means a single bucket
+    negative_scales: torch.Tensor | None = None  # like `scales`; None: one-sided (symmetric)
 
 
 @dataclass(frozen=True, slots=True)
