@@ -103,7 +103,7 @@ TABLE: dict[str, tuple[tuple[str, str], dict]] = {
     ),
     "two_mean_sign-per-tensor": (
         ("quantizer", "two_mean_sign"),
-        {"quantize": {"kind": "two_mean_sign"}, "error_feedback": True},
+        {"quantize": {"kind": "two_mean_sign"}},
     ),
     "feedback-none": (("feedback", "none"), {"select": TOPK, "error_feedback": False}),
     "feedback-residual": (("feedback", "residual"), {"select": TOPK, "error_feedback": True}),

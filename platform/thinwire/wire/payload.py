@@ -182,7 +182,9 @@ def _move_values(values: Values, device: torch.device | str) -> Values:
         case QuantizedValues(levels=levels, norms=norms, s=s, bucket=bucket):
             return QuantizedValues(levels.to(device), norms.to(device), s, bucket)
         case SignValues(negative=negative, scales=scales, bucket=bucket):
-            return SignValues(negative.to(device), scales.to(device), bucket)
+            two_sided = values.negative_scales
+            moved = None if two_sided is None else two_sided.to(device)
+            return SignValues(negative.to(device), scales.to(device), bucket, moved)
         case MultiScaleValues(levels=levels, scale_index=index, norms=norms):
             return MultiScaleValues(
                 levels.to(device),

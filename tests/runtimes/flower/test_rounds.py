@@ -136,6 +136,7 @@ POLICY_KEYS = ("censored", "reused", "slot_successes", "slot_collisions", "slot_
         ),
         {"privacy": PRIVACY, "codec": SHARED_MASK},
         {"codec": MULTISCALE, "downlink": MULTISCALE},
+        {"codec": {"quantize": {"kind": "two_mean_sign"}, "error_feedback": True}},
     ],
     ids=[
         "topk-ef",
@@ -144,6 +145,7 @@ POLICY_KEYS = ("censored", "reused", "slot_successes", "slot_collisions", "slot_
         "random-access",
         "dp-random-sparsification",
         "multiscale-qsgd-both-ways",
+        "two-mean-sign-ef",
     ],
 )
 @pytest.mark.usefixtures("two_threads")
