@@ -13,7 +13,9 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("example", ["oktopk.yaml", "signsgd_mv.yaml", "multiscale_qsgd.yaml", "a2sgd.yaml"])
+@pytest.mark.parametrize(
+    "example", ["oktopk.yaml", "signsgd_mv.yaml", "multiscale_qsgd.yaml", "a2sgd.yaml"]
+)
 def test_the_example_runs_in_simulation(example, tmp_path):
     result = runner.invoke(
         app,
