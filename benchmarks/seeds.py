@@ -243,7 +243,7 @@ def _convex(d: int = 500, n: int = 4000, workers: int = 4) -> tuple[Task, float]
         x = x.detach().requires_grad_(True)
         value = loss(x, rows)
         (gradient,) = torch.autograd.grad(value, x)
-        return gradient, float(value)
+        return gradient, float(value.detach())
 
     # f*: full-batch gradient descent to convergence (smooth, strongly convex).
     x = torch.zeros(d)
@@ -378,7 +378,7 @@ def _mb(count: float) -> str:
 )
 def topk_ef_convex(quick: bool) -> Result:
     task, _ = _convex()
-    steps = 300 if quick else 1500
+    steps = 300 if quick else 800
     sgd, _ = _parallel(task, None, workers=4, steps=steps, lr=2.0)
     topk, sent = _parallel(
         task,
@@ -399,7 +399,7 @@ def topk_ef_convex(quick: bool) -> Result:
 )
 def randk_no_memory(quick: bool) -> Result:
     task, _ = _convex()
-    steps = 300 if quick else 1500
+    steps = 300 if quick else 800
     cfg = {"select": {"kind": "random_k", "density": 0.01}}
     plain, _ = _parallel(task, cfg, workers=4, steps=steps, lr=2.0)
     memory, _ = _parallel(task, {**cfg, "error_feedback": True}, workers=4, steps=steps, lr=2.0)
