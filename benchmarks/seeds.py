@@ -553,7 +553,7 @@ def aog(quick: bool) -> Result:
     "qsgd-variance",
     "QSGD",
     "unbiased with E||Q(v) - v||^2 <= min(d/s^2, sqrt(d)/s) ||v||^2; here: the measured "
-    "variance is within the bound and the mean of 200 draws is within 3 sigma of v [paper]",
+    "variance is within the bound and the mean of R draws is within 3 sigma of v [paper]",
     "Alistarh et al. NeurIPS'17, Lemma 3.1",
 )
 def qsgd_variance(quick: bool) -> Result:
@@ -812,7 +812,7 @@ def markdown(results: list[tuple[Row, Result, float]]) -> str:
     lines = ["| method | claim | published | measured here | holds? |", "|---|---|---|---|---|"]
     for entry, result, _ in results:
         cells = (entry.method, entry.claim, entry.published, result.measured)
-        escaped = [c.replace("|", "/") for c in cells]
+        escaped = [c.replace("|", "\\|") for c in cells]
         lines.append(f"| {' | '.join(escaped)} | {'yes' if result.holds else 'no'} |")
     return "\n".join(lines)
 
