@@ -14,7 +14,8 @@ runner = CliRunner()
 
 
 @pytest.mark.parametrize(
-    "example", ["oktopk.yaml", "signsgd_mv.yaml", "multiscale_qsgd.yaml", "majority_vote.yaml"]
+    "example",
+    ["oktopk.yaml", "signsgd_mv.yaml", "multiscale_qsgd.yaml", "majority_vote.yaml", "a2sgd.yaml"],
 )
 def test_the_example_runs_in_simulation(example, tmp_path):
     result = runner.invoke(

@@ -97,6 +97,14 @@ TABLE: dict[str, tuple[tuple[str, str], dict]] = {
         ("quantizer", "multiscale_qsgd"),
         {"select": TOPK, "quantize": {"kind": "multiscale_qsgd", "bucket": 0}},
     ),
+    "quantize-two_mean_sign": (
+        ("quantizer", "two_mean_sign"),
+        {"quantize": {"kind": "two_mean_sign", "bucket": 32}},
+    ),
+    "two_mean_sign-per-tensor": (
+        ("quantizer", "two_mean_sign"),
+        {"quantize": {"kind": "two_mean_sign"}},
+    ),
     "feedback-none": (("feedback", "none"), {"select": TOPK, "error_feedback": False}),
     "feedback-residual": (("feedback", "residual"), {"select": TOPK, "error_feedback": True}),
     "feedback-dgc": (

@@ -44,6 +44,7 @@ from thinwire.codecs.sparsify import (
     top_k,
 )
 from thinwire.codecs.support import scatter, seeded_indices
+from thinwire.codecs.twomean import two_mean_sign
 from thinwire.codecs.wavelet import wavelet, wavelet_lengths
 
 __all__ = [
@@ -85,6 +86,7 @@ __all__ = [
     "sidco",
     "threshold",
     "top_k",
+    "two_mean_sign",
     "wavelet",
     "wavelet_lengths",
     "with_dgc",

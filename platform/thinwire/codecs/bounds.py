@@ -72,8 +72,9 @@ def information_bits(payload: Payload) -> float:
             bits += k * data.element_size() * 8
         case QuantizedValues(levels=levels, norms=norms):
             bits += entropy_bits(levels) + 32 * norms.numel()
-        case SignValues(scales=scales):
-            bits += k + 32 * scales.numel()
+        case SignValues(scales=scales, negative_scales=negative_scales):
+            sides = 1 if negative_scales is None else 2
+            bits += k + 32 * sides * scales.numel()
         case MultiScaleValues(levels=levels, scale_index=index, norms=norms):
             # Joint entropy of (scale, level) pairs: the two are strongly dependent.
             pairs = index.long() * (1 << 16) + levels.long()

@@ -13,7 +13,7 @@ A form is a short string, so an error can name both sides:
 
 Support forms: `dense`, `sparse`, `seeded random_k`, `seeded random_block`. Values forms:
 `fp32`, `fp16`, `bf16`, `qsgd(s=<levels>, bucket=<b>)`, `sign(bucket=<b>)`,
-`multiscale(bits=<b>, scales=<s_0>/<s_1>/..., bucket=<b>)`.
+`two_sided_sign(bucket=<b>)`, `multiscale(bits=<b>, scales=<s_0>/<s_1>/..., bucket=<b>)`.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ __all__ = [
     "seeded_form",
     "sign_form",
     "support_form",
+    "two_sided_sign_form",
     "values_form",
 ]
 
@@ -130,6 +131,11 @@ def sign_form(bucket: int) -> str:
     return f"sign(bucket={bucket})"
 
 
+def two_sided_sign_form(bucket: int) -> str:
+    """The form of two-sided scaled-sign values (a magnitude per sign) with buckets of `bucket`."""
+    return f"two_sided_sign(bucket={bucket})"
+
+
 def multiscale_form(bits: int, scales: tuple[int, ...], bucket: int) -> str:
     """The form of multi-scale values: level width, scales and buckets."""
     return f"multiscale(bits={bits}, scales={'/'.join(map(str, scales))}, bucket={bucket})"
@@ -153,8 +159,10 @@ def values_form(values: Values) -> str:
             return raw_form(data.dtype)
         case QuantizedValues(s=s, bucket=bucket):
             return qsgd_form(s, bucket)
-        case SignValues(bucket=bucket):
+        case SignValues(bucket=bucket, negative_scales=None):
             return sign_form(bucket)
+        case SignValues(bucket=bucket):
+            return two_sided_sign_form(bucket)
         case MultiScaleValues(bits=bits, scales=scales, bucket=bucket):
             return multiscale_form(bits, scales, bucket)
 

@@ -23,6 +23,7 @@ from thinwire.codecs.quantize import cast, qsgd, scaled_sign
 from thinwire.codecs.seeded import random_block, random_k
 from thinwire.codecs.sidco import sidco
 from thinwire.codecs.sparsify import adaptive_top_k, rtop_k, sampled_top_k, threshold, top_k
+from thinwire.codecs.twomean import two_mean_sign
 from thinwire.codecs.wavelet import wavelet
 from thinwire.registry import FEEDBACKS, QUANTIZERS, SELECTORS, TRANSFORMS
 from thinwire.seeding import stage_seed
@@ -97,6 +98,9 @@ QUANTIZERS.register(
     "multiscale_qsgd",
     section=cfg.MultiScaleQSGD,
     factory=lambda c, seed: multiscale_qsgd(c.bits, c.scale_list(), c.bucket, seed=seed),
+)
+QUANTIZERS.register(
+    "two_mean_sign", section=cfg.TwoMeanSign, factory=lambda c, seed: two_mean_sign(c.bucket)
 )
 FEEDBACKS.register("none", section=cfg.NoFeedback, factory=lambda c, codec: codec)
 FEEDBACKS.register(

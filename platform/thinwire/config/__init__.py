@@ -62,6 +62,7 @@ from thinwire.config._codec import (
     SIDCo,
     TopK,
     Transform,
+    TwoMeanSign,
     WaveletTransform,
 )
 from thinwire.config._experiment import (
@@ -286,6 +287,7 @@ __all__ = [
     "TauSchedule",
     "Threshold",
     "TopK",
+    "TwoMeanSign",
     "Topology",
     "TorusTopology",
     "TrainConfig",

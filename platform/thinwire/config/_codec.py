@@ -273,6 +273,19 @@ class MultiScaleQSGD(Section):
         return tuple(top * self.ratio**j for j in range(self.scales))
 
 
+@QUANTIZERS.declare
+class TwoMeanSign(Section):
+    """Two-mean sign: each value becomes the mean of its bucket's entries of the same sign.
+
+    A2SGD's two local averages as a star can use them: the sign pattern travels too, one
+    bit per coordinate (the paper's two floats alone cannot keep one model in a star).
+    """
+
+    kind: Literal["two_mean_sign"] = "two_mean_sign"
+    bucket: Annotated[int, Field(ge=0)] = 0
+    """Coordinates per pair of means (bucket); 0: one pair per tensor (the paper's layer)."""
+
+
 Quantize = Annotated[Kinded, QUANTIZERS]
 """Any registered quantizer section."""
 

@@ -125,6 +125,10 @@ def write_values(values: Values, count: int, tensor: pb.Tensor) -> None:
             tensor.sign.bucket = bucket
             tensor.sign.scales = floats_bytes(scales, "sign scales", bucket_count(count, bucket))
             tensor.sign.negative = np.packbits(host_array(negative), bitorder="little").tobytes()
+            if values.negative_scales is not None:
+                tensor.sign.negative_scales = floats_bytes(
+                    values.negative_scales, "sign negative scales", bucket_count(count, bucket)
+                )
         case _:
             raise TypeError(f"expected RawValues, QuantizedValues or SignValues, got {values!r}")
 
@@ -354,4 +358,9 @@ def _read_sparse_levels(sparse: pb.SparseLevels, count: int, s: int, dtype: np.d
 def _read_sign(sign: pb.SignValues, count: int) -> SignValues:
     scales = read_scales(sign.scales, count, sign.bucket, "sign scales")
     negative = _read_bit_flags(sign.negative, count, "sign bits")
-    return SignValues(torch.from_numpy(negative), scales, sign.bucket)
+    negative_scales = None
+    if sign.negative_scales:
+        negative_scales = read_scales(
+            sign.negative_scales, count, sign.bucket, "sign negative scales"
+        )
+    return SignValues(torch.from_numpy(negative), scales, sign.bucket, negative_scales)

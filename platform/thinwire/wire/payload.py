@@ -105,11 +105,16 @@ class QuantizedValues:
 
 @dataclass(frozen=True, slots=True)
 class SignValues:
-    """Scaled signs: value_i = scales[i // bucket] * (-1 if negative[i] else +1)."""
+    """Scaled signs: value_i = scales[i // bucket] * (-1 if negative[i] else +1).
+
+    Two-sided (`negative_scales` set): a negative value is -negative_scales[i // bucket]
+    instead, so each bucket carries two magnitudes (A2SGD's two means).
+    """
 
     negative: torch.Tensor  # (k,) bool
     scales: torch.Tensor  # (ceil(k / bucket),) float32; one entry when bucket == 0
     bucket: int  # carried values per scale; 0 means a single bucket
+    negative_scales: torch.Tensor | None = None  # like `scales`; None: one-sided (symmetric)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +182,9 @@ def _move_values(values: Values, device: torch.device | str) -> Values:
         case QuantizedValues(levels=levels, norms=norms, s=s, bucket=bucket):
             return QuantizedValues(levels.to(device), norms.to(device), s, bucket)
         case SignValues(negative=negative, scales=scales, bucket=bucket):
-            return SignValues(negative.to(device), scales.to(device), bucket)
+            two_sided = values.negative_scales
+            moved = None if two_sided is None else two_sided.to(device)
+            return SignValues(negative.to(device), scales.to(device), bucket, moved)
         case MultiScaleValues(levels=levels, scale_index=index, norms=norms):
             return MultiScaleValues(
                 levels.to(device),

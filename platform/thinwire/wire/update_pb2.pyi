@@ -158,14 +158,16 @@ class SparseLevels(_message.Message):
     def __init__(self, nonzero: _Optional[int] = ..., positions: _Optional[_Union[Rice, _Mapping]] = ..., magnitudes: _Optional[_Union[Rice, _Mapping]] = ..., negative: _Optional[bytes] = ...) -> None: ...
 
 class SignValues(_message.Message):
-    __slots__ = ("bucket", "scales", "negative")
+    __slots__ = ("bucket", "scales", "negative", "negative_scales")
     BUCKET_FIELD_NUMBER: _ClassVar[int]
     SCALES_FIELD_NUMBER: _ClassVar[int]
     NEGATIVE_FIELD_NUMBER: _ClassVar[int]
+    NEGATIVE_SCALES_FIELD_NUMBER: _ClassVar[int]
     bucket: int
     scales: bytes
     negative: bytes
-    def __init__(self, bucket: _Optional[int] = ..., scales: _Optional[bytes] = ..., negative: _Optional[bytes] = ...) -> None: ...
+    negative_scales: bytes
+    def __init__(self, bucket: _Optional[int] = ..., scales: _Optional[bytes] = ..., negative: _Optional[bytes] = ..., negative_scales: _Optional[bytes] = ...) -> None: ...
 
 class MultiScaleValues(_message.Message):
     __slots__ = ("bits", "scales", "bucket", "norms", "levels", "scale_index")

@@ -147,6 +147,7 @@ POLICY_KEYS = ("censored", "reused", "slot_successes", "slot_collisions", "slot_
             "vote": VOTE,
             "train": {"rounds": 3, "local_steps": 4, "participation": 0.67},
         },
+        {"codec": {"quantize": {"kind": "two_mean_sign"}, "error_feedback": True}},
     ],
     ids=[
         "topk-ef",
@@ -156,6 +157,7 @@ POLICY_KEYS = ("censored", "reused", "slot_successes", "slot_collisions", "slot_
         "dp-random-sparsification",
         "multiscale-qsgd-both-ways",
         "majority-vote-previous-mask-partial-participation",
+        "two-mean-sign-ef",
     ],
 )
 @pytest.mark.usefixtures("two_threads")
