@@ -29,7 +29,9 @@ from thinwire.config._base import (
     Section,
 )
 from thinwire.config._codec import (
+    ACP_SGD_REFUSAL,
     QSGD,
+    ACPSGDCodec,
     AdaptiveTopK,
     Cast,
     CodecConfig,
@@ -38,10 +40,13 @@ from thinwire.config._codec import (
     HardThreshold,
     IdentityTransform,
     KeepAll,
+    LowRank,
     MultiScaleQSGD,
     NoFeedback,
+    NoLowRank,
     NoQuantizer,
     OkTopK,
+    PowerSGDCodec,
     Quantize,
     RandomBlock,
     RandomK,
@@ -157,6 +162,8 @@ from thinwire.config._topology import (
 )
 
 __all__ = [
+    "ACP_SGD_REFUSAL",
+    "ACPSGDCodec",
     "AccessRule",
     "Adam",
     "AdaptiveTopK",
@@ -210,6 +217,7 @@ __all__ = [
     "JwinsGossip",
     "KeepAll",
     "LRSchedule",
+    "LowRank",
     "LinearBatch",
     "LogisticRegression",
     "MLP",
@@ -223,6 +231,7 @@ __all__ = [
     "ModelConfig",
     "MultiScaleQSGD",
     "NoFeedback",
+    "NoLowRank",
     "NoQuantizer",
     "NonNegativeFloat",
     "OkTopK",
@@ -232,6 +241,7 @@ __all__ = [
     "PolynomialThreshold",
     "PositiveFloat",
     "PositiveInt",
+    "PowerSGDCodec",
     "PrivacyConfig",
     "Probability",
     "QSGD",
