@@ -30,6 +30,7 @@ from thinwire.server import aggregator, sample_clients
 
 TOPK_EF = {"scope": "model", "select": {"kind": "topk", "density": 0.05}, "error_feedback": True}
 MULTISCALE = {"quantize": {"kind": "multiscale_qsgd", "bits": 4, "scales": 2, "bucket": 256}}
+POWERSGD = {"lowrank": {"kind": "powersgd", "rank": 2}, "error_feedback": True}
 
 
 def experiment(tmp_path: Path, **sections: Any) -> Experiment:
@@ -136,6 +137,8 @@ POLICY_KEYS = ("censored", "reused", "slot_successes", "slot_collisions", "slot_
         ),
         {"privacy": PRIVACY, "codec": SHARED_MASK},
         {"codec": MULTISCALE, "downlink": MULTISCALE},
+        # The warm-start Q and the residual live in the node's state folder between rounds.
+        {"codec": POWERSGD, "train": {"rounds": 3, "local_steps": 4, "participation": 0.67}},
     ],
     ids=[
         "topk-ef",
@@ -144,6 +147,7 @@ POLICY_KEYS = ("censored", "reused", "slot_successes", "slot_collisions", "slot_
         "random-access",
         "dp-random-sparsification",
         "multiscale-qsgd-both-ways",
+        "powersgd-ef-partial-participation",
     ],
 )
 @pytest.mark.usefixtures("two_threads")
