@@ -31,8 +31,10 @@ in this process on a one-rank gloo group: a DDP-wrapped module whose one paramet
 gradient is made the matrix, warmed up on the independent draw, then one backward pass per
 timed run; `encode s` is that whole step (autograd, bucket copy and hook), next to the
 same step under DDP's default allreduce (the `ddp allreduce` row), and the relative error
-is that of the first timed step. Their bytes are what the hook put into collectives a step
-(PyTorch's: (n + m) r fp32, by construction), and the bound is the factors it sends.
+is that of the last timed step (warm start iterated `--repeats` times on the matrix, where
+the codec row's is one step from the other draw's Q). Their bytes are what the hook put
+into collectives a step (PyTorch's: (n + m) r fp32, by construction), and the bound is the
+factors it sends.
 """
 
 from __future__ import annotations
@@ -265,8 +267,9 @@ def _hook_row(
         _sync(device)
         times.append(time.perf_counter() - start)
         if i == 0:
-            error = float(torch.linalg.vector_norm(out - x) / torch.linalg.vector_norm(x))
             per_step = sent() - before if sent is not None else int(bound_bytes)
+        if i == repeats - 1:  # warm start has iterated `repeats` times on x
+            error = float(torch.linalg.vector_norm(out - x) / torch.linalg.vector_norm(x))
     total = statistics.median(times)
     return Row(
         codec=name,

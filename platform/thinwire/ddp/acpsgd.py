@@ -159,13 +159,16 @@ def acpsgd_allreduce(
         p_step_now = state.calls % 2 == 0
         if p_step_now:
             approx = reconstruct(means[j], reused[j])
-            mine = reconstruct(sent[j], reused[j])
             p, q = means[j].clone(), reused[j]
         else:
             approx = reconstruct(reused[j], means[j])
-            mine = reconstruct(reused[j], sent[j])
             p, q = reused[j], means[j].clone()
         out[i] = approx.view(grads[i].shape)
-        kept = matrices[j] - mine if config.error_feedback else state.residual
+        kept = state.residual
+        if config.error_feedback:  # this rank's own factor against the shared one
+            mine = (
+                reconstruct(sent[j], reused[j]) if p_step_now else reconstruct(reused[j], sent[j])
+            )
+            kept = matrices[j] - mine
         states[key] = ACPState(p, q, kept, state.calls + 1)
     return out, states

@@ -135,7 +135,11 @@ def powersgd_allreduce(
     allreduce_(p_flat, group, traffic)
     p_hats = [orthogonalize(p) for p in split_flat(p_flat, [p.shape for p in ps])]
     new_qs = [q_step(m, p_hat) for m, p_hat in zip(matrices, p_hats, strict=True)]
-    errors = [residual(m, p, q) for m, p, q in zip(matrices, p_hats, new_qs, strict=True)]
+    errors = (
+        [residual(m, p, q) for m, p, q in zip(matrices, p_hats, new_qs, strict=True)]
+        if config.error_feedback
+        else [states[keys[i]].residual for i in compressed]
+    )
     q_flat = torch.cat([q.reshape(-1) for q in new_qs])
     allreduce_(q_flat, group, traffic)
     q_flat /= ranks
@@ -143,8 +147,7 @@ def powersgd_allreduce(
     for j, i in enumerate(compressed):
         key = keys[i]
         out[i] = reconstruct(p_hats[j], mean_qs[j]).view(grads[i].shape)
-        kept_residual = errors[j] if config.error_feedback else states[key].residual
-        states[key] = LowRankState(mean_qs[j].clone(), kept_residual)
+        states[key] = LowRankState(mean_qs[j].clone(), errors[j])
     return out, states
 
 
