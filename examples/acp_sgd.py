@@ -8,7 +8,7 @@ scikit-learn's digits on 2 gloo ranks with `thinwire.ddp.register`, once with AC
 once with PowerSGD at the same rank, and prints each one's test accuracy and the bytes a
 rank put into collectives:
 
-    python examples/acp_sgd.py            # ~25 s of CPU (4 spawned ranks in all)
+    python examples/acp_sgd.py            # ~15 s on 2 cores (4 spawned ranks in all)
     python examples/acp_sgd.py --rank 4 --steps 600
 """
 
