@@ -55,3 +55,31 @@ def test_the_acp_sgd_hook_example_trains_on_two_ranks():
     assert [line.split()[0] for line in lines] == ["acp_sgd", "powersgd"]
     acp, power = (int(line.split(", ")[1].split()[0]) for line in lines)
     assert acp < power
+
+
+def test_powersgd_resumes_from_a_checkpoint_bit_for_bit(tmp_path):
+    # The warm-start Q and the residual are client state: a checkpoint carries both.
+    args = [
+        "--set",
+        "train.rounds=4",
+        "--set",
+        "runtime={kind: simulation, checkpoint_every: 2}",
+        "--set",
+        f"output={tmp_path}",
+        "--set",
+        "train.device=cpu",
+    ]
+    result = runner.invoke(app, ["run", str(EXAMPLES / "powersgd.yaml"), "-q", *args])
+    assert result.exit_code == 0, result.output
+    [run_dir] = tmp_path.iterdir()
+    whole = (run_dir / "metrics.jsonl").read_text().splitlines()
+    (run_dir / "metrics.jsonl").write_text("\n".join(whole[:3]) + "\n")  # killed in round 4
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "running"}))
+    result = runner.invoke(app, ["run", "--resume", str(run_dir), "-q"])
+    assert result.exit_code == 0, result.output
+
+    def untimed(rows):
+        return [{k: v for k, v in json.loads(r).items() if not k.endswith("_s")} for r in rows]
+
+    assert untimed((run_dir / "metrics.jsonl").read_text().splitlines()) == untimed(whole)
