@@ -19,6 +19,22 @@ rather than on the exact selection of their first call.
     python benchmarks/codecs.py --sizes 1M --device cuda --json out.json
 
 The input is standard normal float32 (seeded).
+
+Low-rank rows (`--lowrank`, on by default; `--no-lowrank` skips them) compress an n = s x s
+matrix (1M: 1000 x 1000, 25M: 5000 x 5000) holding a rank-8 signal plus standard normal
+noise of a quarter of its energy, since a structureless matrix has no good rank-4 part. The
+thinwire `powersgd` codec row is timed like every codec (encode + wire + decode from the
+state after one call on an independent draw); its bound is the factors' own fp32 bits. The
+DDP hook rows (thinwire's PowerSGD and ACP-SGD hooks and PyTorch's own `powerSGD_hook`, all
+at rank 4, warm start on, error feedback off so each step compresses the same matrix) run
+in this process on a one-rank gloo group: a DDP-wrapped module whose one parameter's
+gradient is made the matrix, warmed up on the independent draw, then one backward pass per
+timed run; `encode s` is that whole step (autograd, bucket copy and hook), next to the
+same step under DDP's default allreduce (the `ddp allreduce` row), and the relative error
+is that of the last timed step (warm start iterated `--repeats` times on the matrix, where
+the codec row's is one step from the other draw's Q). Their bytes are what the hook put
+into collectives a step (PyTorch's: (n + m) r fp32, by construction), and the bound is the
+factors it sends.
 """
 
 from __future__ import annotations
@@ -53,6 +69,7 @@ from thinwire.codecs import (
     wavelet,
 )
 from thinwire.codecs.bounds import information_bits
+from thinwire.codecs.powersgd import powersgd
 from thinwire.codecs.selection import count_for
 from thinwire.wire import Kind, TensorSpec, Update
 from thinwire.wire import decode as wire_decode
@@ -191,6 +208,154 @@ def measure(
     )
 
 
+LOWRANK_RANK = 4
+
+
+def _low_rank_matrix(n: int, seed: int, device: torch.device) -> torch.Tensor:
+    # A rank-8 signal (entries of variance 1) plus standard normal noise / 2: s x s, s^2 ~ n.
+    side = round(n**0.5)
+    g = torch.Generator().manual_seed(seed)
+    signal = torch.randn(side, 8, generator=g) @ torch.randn(8, side, generator=g) / 8**0.5
+    return (signal + 0.5 * torch.randn(side, side, generator=g)).to(device)
+
+
+class _Weight(torch.nn.Module):
+    """One matrix parameter; forward returns it, so a loss can set its gradient exactly."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(shape))
+
+    def forward(self) -> torch.Tensor:
+        return self.weight
+
+
+def _hook_row(
+    name: str,
+    hook: Callable[[torch.nn.Module], Callable[[], int] | None],
+    x: torch.Tensor,
+    other: torch.Tensor,
+    repeats: int,
+    clone_s: float,
+    bound_bytes: float,
+) -> Row:
+    """Times one backward pass of a one-rank DDP model whose gradient is `x`, through `hook`.
+
+    `hook` registers itself and returns a byte counter, or None for a hook that counts
+    nothing (its bytes a step are `bound_bytes` by construction).
+    """
+    from torch.nn.parallel import DistributedDataParallel
+
+    device = x.device
+    layer = _Weight(tuple(x.shape)).to(device)
+    model = DistributedDataParallel(layer)
+    sent = hook(model)
+
+    def step(g: torch.Tensor) -> torch.Tensor:
+        model.zero_grad()
+        (model() * g).sum().backward()  # d/dW sum(W * g) = g: the hook gets g itself
+        return layer.weight.grad
+
+    for _ in range(3):  # two plain steps (start_iter), one compressed on the other draw
+        step(other)
+    before = sent() if sent is not None else 0
+    times, error, per_step = [], 0.0, 0
+    for i in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        out = step(x)
+        _sync(device)
+        times.append(time.perf_counter() - start)
+        if i == 0:
+            per_step = sent() - before if sent is not None else int(bound_bytes)
+        if i == repeats - 1:  # warm start has iterated `repeats` times on x
+            error = float(torch.linalg.vector_norm(out - x) / torch.linalg.vector_norm(x))
+    total = statistics.median(times)
+    return Row(
+        codec=name,
+        device=str(device),
+        n=x.numel(),
+        density=None,
+        encode_s=total,
+        wire_s=0.0,
+        decode_s=0.0,
+        total_s=total,
+        clone_s=clone_s,
+        throughput_gbs=x.numel() * 4 / total / 1e9,
+        wire_bytes=per_step,
+        bound_bytes=bound_bytes,
+        over_bound=per_step / bound_bytes,
+        rel_error=error,
+        kept_density=None,
+        density_error=None,
+    )
+
+
+def _lowrank_rows(n: int, device: torch.device, repeats: int, console: Console) -> list[Row]:
+    """The powersgd codec, thinwire's PowerSGD and ACP-SGD hooks, and PyTorch's hook."""
+    import tempfile
+
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_powersgd
+
+    import thinwire.ddp
+
+    x = _low_rank_matrix(n, 0, device)
+    other = _low_rank_matrix(n, 1, device)
+    side, r = x.shape[0], LOWRANK_RANK
+    clone_s = _median_time(lambda: x.clone(), device, max(repeats, 5))
+    factor_bytes = (2 * side) * r * 4
+    rows = [measure(f"powersgd r={r} (codec)", None, powersgd(r, seed=9), x, repeats, clone_s)]
+
+    def thinwire_hook(method: object) -> Callable[[torch.nn.Module], Callable[[], int] | None]:
+        def attach(model: torch.nn.Module) -> Callable[[], int]:
+            state = thinwire.ddp.register(model, codec=method)  # type: ignore[arg-type]
+            return lambda: state.stats().payload_bytes
+
+        return attach
+
+    def torch_hook(model: torch.nn.Module) -> None:
+        state = torch_powersgd.PowerSGDState(
+            process_group=None,
+            matrix_approximation_rank=r,
+            start_powerSGD_iter=2,
+            use_error_feedback=False,
+            warm_start=True,
+            orthogonalization_epsilon=1e-8,
+        )
+        model.register_comm_hook(state, torch_powersgd.powerSGD_hook)
+
+    def default_hook(model: torch.nn.Module) -> None:
+        del model  # DDP's own allreduce of the whole bucket
+
+    with tempfile.TemporaryDirectory() as folder:
+        store = f"file://{folder}/store"
+        dist.init_process_group("gloo", init_method=store, rank=0, world_size=1)
+        try:
+            hooks = [
+                ("ddp allreduce (no hook)", default_hook, float(x.numel() * 4)),
+                (
+                    f"powersgd r={r} (thinwire hook)",
+                    thinwire_hook(
+                        thinwire.ddp.PowerSGD(rank=r, error_feedback=False, start_iter=2)
+                    ),
+                    float(factor_bytes),
+                ),
+                (
+                    f"acp_sgd r={r} (thinwire hook)",
+                    thinwire_hook(thinwire.ddp.ACPSGD(rank=r, error_feedback=False, start_iter=2)),
+                    float(factor_bytes / 2),
+                ),
+                (f"torch powerSGD_hook r={r}", torch_hook, float(factor_bytes)),
+            ]
+            for name, hook, bound in hooks:
+                rows.append(_hook_row(name, hook, x, other, repeats, clone_s, bound))
+                console.log(f"{name} {device} n={x.numel():,}: {rows[-1].total_s:.4f} s")
+        finally:
+            dist.destroy_process_group()
+    return rows
+
+
 def _size(text: str) -> int:
     scale = {"k": 10**3, "m": 10**6}.get(text[-1].lower(), 1)
     return int(float(text[:-1] if scale > 1 else text) * scale)
@@ -251,6 +416,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, 2 repeats")
     parser.add_argument("--json", help="also write the rows to this file")
     parser.add_argument("--only", help="run only codecs whose name contains this text")
+    parser.add_argument(
+        "--lowrank",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run the low-rank rows (powersgd codec, PowerSGD/ACP-SGD/PyTorch hooks)",
+    )
     args = parser.parse_args()
     sizes = [10_000, 100_000] if args.quick else [_size(s) for s in args.sizes.split(",")]
     repeats = 2 if args.quick else args.repeats
@@ -266,6 +437,8 @@ def main() -> None:
                 row = measure(name, density, codec, x, repeats, clone_s)
                 rows.append(row)
                 console.log(f"{name} {device} n={n:,} density={density}: {row.total_s:.4f} s")
+            if args.lowrank and (not args.only or args.only in "powersgd acp_sgd lowrank"):
+                rows.extend(_lowrank_rows(n, device, repeats, console))
     console.print(_table(rows))
     if args.json:
         meta = {

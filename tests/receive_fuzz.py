@@ -51,8 +51,10 @@ CODECS: dict[str, dict[str, Any]] = {
         "transform": {"kind": "wavelet", "wavelet": "sym2", "level": 3},
         "select": {"kind": "topk", "density": 0.05},
     },
+    "powersgd": {"lowrank": {"kind": "powersgd", "rank": 2}, "error_feedback": True},
 }
-"""Every codec family: each selector, each quantizer, their combinations, a transform."""
+"""Every codec family: each selector, each quantizer, their combinations, a transform, and
+a low-rank codec (rank-2 factors for the weight matrices, dense biases)."""
 
 OUTCOMES = ("accepted", "wire", "form", "codec", "bound", "internal")
 """Where a message ended: averaged, or refused by `wire.decode` and the header checks, by

@@ -61,6 +61,7 @@ __all__ = [
     "FEEDBACKS",
     "GOSSIP",
     "GRAPHS",
+    "LOWRANK",
     "MIXINGS",
     "MODELS",
     "OPTIMIZERS",
@@ -447,6 +448,8 @@ TRANSFORMS: Registry[Callable[[Any, int], Transform | None]] = Registry("transfo
 SELECTORS: Registry[Callable[[Any, int], Selector | None]] = Registry("selector")
 QUANTIZERS: Registry[Callable[[Any, int], Quantizer | None]] = Registry("quantizer")
 FEEDBACKS: Registry[Callable[[Any, Codec], Codec]] = Registry("feedback")  # wraps the chain
+# A whole tensor codec in place of select + quantize (PowerSGD's factors); None: the chain
+LOWRANK: Registry[Callable[[Any, int], Codec | None]] = Registry("low-rank codec")
 
 # Send policies (built by thinwire.policies.build_policy, once per client), each with the
 # name of its server half (run by the star's server, thinwire.server.halves):

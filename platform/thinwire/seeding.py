@@ -164,7 +164,7 @@ def graph_round_seed(seed: int, round: int) -> int:
 
 
 def stage_seed(codec_seed: int, stage: int) -> int:
-    """The seed of a codec's stage (0 transform, 1 selector, 2 quantizer), apart from the others."""
+    """The seed of a codec's stage (0 transform, 1 selector, 2 quantizer, 3 low-rank codec)."""
     return mix(codec_seed, stage)
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from thinwire.ddp import OkTopk, PowerSGD, register
+from thinwire.ddp import ACPSGD, OkTopk, PowerSGD, register
 
 from .ranks import results, run_ranks
 from .workers import die_mid_step, hook_against_reference, train_user_model
@@ -45,6 +45,15 @@ def test_powersgd_follows_the_power_iteration_with_warm_start_and_error_feedback
         assert payload == 4 * (64 + 48) * 2 * 4  # P and Q, float32, per step
 
 
+def test_acp_sgd_alternates_p_and_q_with_error_feedback_and_sends_one_factor(tmp_path):
+    config = ACPSGD(rank=2, min_compression_rate=1.0)
+    outcomes = run_ranks(hook_against_reference, 2, config, (64, 48), 4, tmp=tmp_path)
+    for out in results(outcomes):
+        assert max(out["errors"]) < 1e-4, out["errors"]
+        steps, payload, _, _ = out["stats"]
+        assert payload == 2 * (64 + 48) * 2 * 4  # P, Q, P, Q: half of PowerSGD's bytes
+
+
 def test_oktopk_is_the_global_top_k_of_the_summed_local_top_k(tmp_path):
     config = OkTopk(density=0.05, tau=1, tau_prime=2)
     outcomes = run_ranks(hook_against_reference, 4, config, (64, 50), 3, tmp=tmp_path)
@@ -66,8 +75,8 @@ def test_top_k_at_a_million_parameters(tmp_path):
 
 @pytest.mark.parametrize(
     "method",
-    [TOPK, PowerSGD(rank=2), OkTopk(density=0.05, tau=4, tau_prime=8)],
-    ids=["topk", "powersgd", "oktopk"],
+    [TOPK, PowerSGD(rank=2), ACPSGD(rank=2), OkTopk(density=0.05, tau=4, tau_prime=8)],
+    ids=["topk", "powersgd", "acp_sgd", "oktopk"],
 )
 def test_a_users_own_model_trains_and_ranks_stay_identical(method, tmp_path):
     # Several buckets, which DDP rebuilds after the first step: state must follow them.
@@ -101,3 +110,13 @@ def test_register_names_what_it_accepts():
             ),
             codec=3,
         )  # type: ignore[arg-type]
+
+
+def test_register_refuses_a_low_rank_codec_section_for_flat_buckets():
+    with pytest.raises(ValueError, match=r"pass PowerSGD\(rank=...\) or ACPSGD\(rank=...\)"):
+        register(
+            torch.nn.parallel.DistributedDataParallel.__new__(
+                torch.nn.parallel.DistributedDataParallel
+            ),
+            codec={"lowrank": {"kind": "powersgd"}},
+        )

@@ -16,7 +16,7 @@ from torch.nn.parallel import DistributedDataParallel
 from thinwire.codecs import build
 from thinwire.codecs.lowrank import initial_q, orthogonalize
 from thinwire.config import CodecConfig, Experiment
-from thinwire.ddp import OkTopk, PowerSGD, register
+from thinwire.ddp import ACPSGD, OkTopk, PowerSGD, register
 from thinwire.ddp.exchange import BUCKET_NAME, reducible
 from thinwire.runtimes.ddp import run_rank
 from thinwire.seeding import bucket_seed, tensor_seed
@@ -80,6 +80,31 @@ class PowerSGDReference:
         return p_hat @ self.q.T
 
 
+class ACPSGDReference:
+    """Zhang et al.'s alternation on the gathered matrices: P on odd steps, Q on even ones."""
+
+    def __init__(self, config: ACPSGD, world: int, shape: tuple[int, int]) -> None:
+        self.q = initial_q(
+            shape[1], config.rank, seed=tensor_seed(config.seed, 0), device=torch.device("cpu")
+        )
+        self.p = torch.zeros(shape[0], config.rank)
+        self.errors = [torch.zeros(shape) for _ in range(world)]
+
+    def step(self, step: int, grads: list[torch.Tensor]) -> torch.Tensor:
+        matrices = [g + e for g, e in zip(grads, self.errors, strict=True)]
+        if step % 2 == 0:
+            q_hat = orthogonalize(self.q)
+            ps = [m @ q_hat for m in matrices]
+            self.errors = [m - p @ q_hat.T for m, p in zip(matrices, ps, strict=True)]
+            self.p, self.q = sum(ps) / len(ps), q_hat
+        else:
+            p_hat = orthogonalize(self.p)
+            qs = [m.T @ p_hat for m in matrices]
+            self.errors = [m - p_hat @ q.T for m, q in zip(matrices, qs, strict=True)]
+            self.p, self.q = p_hat, sum(qs) / len(qs)
+        return self.p @ self.q.T
+
+
 class OkTopkReference:
     """Ok-Topk with exact thresholds every step (tau = 1): local top-k, sum, global top-k."""
 
@@ -122,6 +147,8 @@ def hook_against_reference(
     hook = register(model, codec=method, seed=HOOK_SEED)
     if isinstance(method, PowerSGD):
         reference = PowerSGDReference(method, world, shape)
+    elif isinstance(method, ACPSGD):
+        reference = ACPSGDReference(method, world, shape)
     elif isinstance(method, OkTopk):
         reference = OkTopkReference(method, world, shape)
     else:

@@ -8,6 +8,7 @@ import torch
 
 from thinwire.wire import (
     DenseSupport,
+    FactorSupport,
     Kind,
     MultiScaleValues,
     Payload,
@@ -101,6 +102,16 @@ def payload(support_kind: str, values_kind: str, shape: tuple[int, ...], seed: i
     return Payload(shape, sup, values(values_kind, k, seed))
 
 
+FACTOR_VALUES = ("fp32", "fp16", "bf16")
+"""The raw value forms rank-r factors may travel in."""
+
+
+def factor_payload(values_kind: str, shape: tuple[int, int], rank: int, seed: int = 0) -> Payload:
+    """Rank-`rank` factors over a matrix of `shape`: (n + m) * rank raw values."""
+    k = (shape[0] + shape[1]) * rank
+    return Payload(shape, FactorSupport(rank), values(values_kind, k, seed))
+
+
 def rich_update() -> tuple[Update, list[TensorSpec]]:
     """An update holding every support x values combination, and its spec."""
     tensors: dict[str, Payload] = {}
@@ -108,6 +119,8 @@ def rich_update() -> tuple[Update, list[TensorSpec]]:
         for j, v in enumerate(VALUES):
             shape = (3, 40 + i + 3 * j)
             tensors[f"layer{i}.{s}.{v}"] = payload(s, v, shape, seed=10 * i + j)
+    for j, v in enumerate(FACTOR_VALUES):
+        tensors[f"factors.{v}"] = factor_payload(v, (12 + j, 9), 3, seed=90 + j)
     update = Update("client-7", 12, Kind.MODEL_DELTA, tensors, {"num_examples": 640.0})
     return update, spec_of(update)
 

@@ -27,6 +27,7 @@ import torch
 
 from thinwire.wire.payload import (
     DenseSupport,
+    FactorSupport,
     MultiScaleValues,
     Payload,
     QuantizedValues,
@@ -65,8 +66,8 @@ def information_bits(payload: Payload) -> float:
             bits = log2_binomial(n, k)
         case SeededSupport():
             bits = float(SEED_BITS)
-        case DenseSupport():
-            bits = 0.0
+        case DenseSupport() | FactorSupport():
+            bits = 0.0  # the values carry everything: P and Q, or every coordinate
     match payload.values:
         case RawValues(data=data):
             bits += k * data.element_size() * 8

@@ -11,7 +11,9 @@ A form is a short string, so an error can name both sides:
     tensor 'fc.weight': sparse support with qsgd(s=4, bucket=0) values, but this receiver's
     codec sends dense or sparse support with fp32 values
 
-Support forms: `dense`, `sparse`, `seeded random_k`, `seeded random_block`. Values forms:
+Support forms: `dense`, `sparse`, `seeded random_k`, `seeded random_block`, `factors(rank=<r>)`
+(PowerSGD's P and Q; the rank is part of the form, so a receiver refuses any rank but the
+one its codec sends, a higher one included). Values forms:
 `fp32`, `fp16`, `bf16`, `qsgd(s=<levels>, bucket=<b>)`, `sign(bucket=<b>)`,
 `two_sided_sign(bucket=<b>)`, `multiscale(bits=<b>, scales=<s_0>/<s_1>/..., bucket=<b>)`.
 """
@@ -26,6 +28,7 @@ import torch
 from thinwire.wire import WireError
 from thinwire.wire.payload import (
     DenseSupport,
+    FactorSupport,
     MultiScaleValues,
     Payload,
     QuantizedValues,
@@ -45,6 +48,7 @@ __all__ = [
     "Forms",
     "check_forms",
     "constant",
+    "factors_form",
     "kept_supports",
     "multiscale_form",
     "undeclared",
@@ -116,6 +120,11 @@ def seeded_form(scheme: SeedScheme) -> str:
     return f"seeded {scheme.name.lower()}"
 
 
+def factors_form(rank: int) -> str:
+    """The form of rank-`rank` factors (`FactorSupport`)."""
+    return f"factors(rank={rank})"
+
+
 def raw_form(dtype: torch.dtype) -> str:
     """The form of plain values of `dtype` (float32, float16 or bfloat16)."""
     return _RAW.get(dtype, str(dtype))
@@ -150,6 +159,8 @@ def support_form(support: Support) -> str:
             return SPARSE
         case SeededSupport(scheme=scheme):
             return seeded_form(scheme)
+        case FactorSupport(rank=rank):
+            return factors_form(rank)
 
 
 def values_form(values: Values) -> str:

@@ -2,9 +2,11 @@
 
 `build(config, seed=...)` looks every stage of a `CodecConfig` up by its `kind` in one of
 four registries of `thinwire.registry` (`TRANSFORMS`, `SELECTORS`, `QUANTIZERS`,
-`FEEDBACKS`) and chains the results. Importing this module registers the factories of the
-sections `thinwire.config` declares; a new kind is `SELECTORS.register(kind, section=...,
-factory=...)`, from anywhere (a plugin, a notebook).
+`FEEDBACKS`) and chains the results; a low-rank codec (`LOWRANK`, whose factory returns a
+whole `Codec`) takes the chain's place, and the feedback wraps it the same way. Importing
+this module registers the factories of the sections `thinwire.config` declares; a new
+kind is `SELECTORS.register(kind, section=..., factory=...)`, from anywhere (a plugin, a
+notebook).
 
 A factory takes the stage's config section and a 64-bit seed (the stage's own, derived
 from the build seed) and returns the stage, or None for the identity stage. A feedback
@@ -19,13 +21,14 @@ from thinwire.codecs.feedback import with_dgc, with_error_feedback
 from thinwire.codecs.masked import shared_mask
 from thinwire.codecs.multiscale import multiscale_qsgd
 from thinwire.codecs.oktopk import ok_top_k
+from thinwire.codecs.powersgd import powersgd
 from thinwire.codecs.quantize import cast, qsgd, scaled_sign
 from thinwire.codecs.seeded import random_block, random_k
 from thinwire.codecs.sidco import sidco
 from thinwire.codecs.sparsify import adaptive_top_k, rtop_k, sampled_top_k, threshold, top_k
 from thinwire.codecs.twomean import two_mean_sign
 from thinwire.codecs.wavelet import wavelet
-from thinwire.registry import FEEDBACKS, QUANTIZERS, SELECTORS, TRANSFORMS
+from thinwire.registry import FEEDBACKS, LOWRANK, QUANTIZERS, SELECTORS, TRANSFORMS
 from thinwire.seeding import stage_seed
 
 __all__ = ["build"]
@@ -110,6 +113,27 @@ FEEDBACKS.register(
     "dgc", section=cfg.DGCFeedback, factory=lambda c, codec: with_dgc(codec, c.momentum, c.nesterov)
 )
 
+LOWRANK.register("none", section=cfg.NoLowRank, factory=lambda c, seed: None)
+LOWRANK.register(
+    "powersgd",
+    section=cfg.PowerSGDCodec,
+    factory=lambda c, seed: powersgd(
+        c.rank,
+        min_compression_rate=c.min_compression_rate,
+        warm_start=c.warm_start,
+        orthogonalization=c.orthogonalize,
+        seed=seed,
+    ),
+)
+
+
+def _acp_sgd(section: cfg.ACPSGDCodec, seed: int) -> Codec:
+    # The section refuses to validate; this is reached only by a section built unvalidated.
+    raise ValueError(cfg.ACP_SGD_REFUSAL)
+
+
+LOWRANK.register("acp_sgd", section=cfg.ACPSGDCodec, factory=_acp_sgd)
+
 
 def build(config: cfg.CodecConfig, *, seed: int) -> Codec:
     """The codec a `CodecConfig` describes: chain(transform, selector, quantizer) + feedback.
@@ -139,10 +163,14 @@ def build(config: cfg.CodecConfig, *, seed: int) -> Codec:
         >>> build(config, seed=0).name
         'ef(top_k(0.01)+fp32)'
     """
-    transform = TRANSFORMS.factory(config.transform.kind)(config.transform, stage_seed(seed, 0))
-    selector = SELECTORS.factory(config.select.kind)(config.select, stage_seed(seed, 1))
-    quantizer = QUANTIZERS.factory(config.quantize.kind)(config.quantize, stage_seed(seed, 2))
-    stages = [stage for stage in (transform, selector, quantizer) if stage is not None]
-    codec = chain(*stages)
+    lowrank = LOWRANK.factory(config.lowrank.kind)(config.lowrank, stage_seed(seed, 3))
+    if lowrank is not None:
+        codec = lowrank  # the config refuses a transform, selector or quantizer beside it
+    else:
+        transform = TRANSFORMS.factory(config.transform.kind)(config.transform, stage_seed(seed, 0))
+        selector = SELECTORS.factory(config.select.kind)(config.select, stage_seed(seed, 1))
+        quantizer = QUANTIZERS.factory(config.quantize.kind)(config.quantize, stage_seed(seed, 2))
+        stages = [stage for stage in (transform, selector, quantizer) if stage is not None]
+        codec = chain(*stages)
     feedback: Codec = FEEDBACKS.factory(config.error_feedback.kind)(config.error_feedback, codec)
     return feedback

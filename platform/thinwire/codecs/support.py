@@ -13,7 +13,15 @@ from __future__ import annotations
 import torch
 
 from thinwire.seeding import mix
-from thinwire.wire.payload import DenseSupport, SeededSupport, SeedScheme, SparseSupport, Support
+from thinwire.wire import WireError
+from thinwire.wire.payload import (
+    DenseSupport,
+    FactorSupport,
+    SeededSupport,
+    SeedScheme,
+    SparseSupport,
+    Support,
+)
 
 __all__ = ["block_start", "permutation", "scatter", "seeded_indices"]
 
@@ -104,7 +112,14 @@ def seeded_indices(
 
 
 def scatter(support: Support, values: torch.Tensor, n: int) -> torch.Tensor:
-    """The dense (n,) vector holding `values` at the support's coordinates and 0 elsewhere."""
+    """The dense (n,) vector holding `values` at the support's coordinates and 0 elsewhere.
+
+    Raises:
+        WireError: for rank-r factors, which name no coordinates (a low-rank codec decodes
+            them; a receiver's form check refuses them before a selector's codec sees them).
+    """
+    if isinstance(support, FactorSupport):
+        raise WireError("rank-r factors are not coordinates; only a low-rank codec decodes them")
     if isinstance(support, DenseSupport):
         if values.numel() != n:
             raise ValueError(f"dense support needs {n} values, got {values.numel()}")

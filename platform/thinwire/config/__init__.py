@@ -37,7 +37,9 @@ from thinwire.config._base import (
     Section,
 )
 from thinwire.config._codec import (
+    ACP_SGD_REFUSAL,
     QSGD,
+    ACPSGDCodec,
     AdaptiveTopK,
     Cast,
     CodecConfig,
@@ -46,10 +48,13 @@ from thinwire.config._codec import (
     HardThreshold,
     IdentityTransform,
     KeepAll,
+    LowRank,
     MultiScaleQSGD,
     NoFeedback,
+    NoLowRank,
     NoQuantizer,
     OkTopK,
+    PowerSGDCodec,
     Quantize,
     RandomBlock,
     RandomK,
@@ -167,6 +172,8 @@ from thinwire.config._topology import (
 from thinwire.config._vote import MajorityVote
 
 __all__ = [
+    "ACP_SGD_REFUSAL",
+    "ACPSGDCodec",
     "AccessRule",
     "Adam",
     "AdaptiveTopK",
@@ -224,6 +231,7 @@ __all__ = [
     "JwinsGossip",
     "KeepAll",
     "LRSchedule",
+    "LowRank",
     "LinearBatch",
     "LogisticRegression",
     "MLP",
@@ -238,6 +246,7 @@ __all__ = [
     "ModelConfig",
     "MultiScaleQSGD",
     "NoFeedback",
+    "NoLowRank",
     "NoQuantizer",
     "NonNegativeFloat",
     "OkTopK",
@@ -248,6 +257,7 @@ __all__ = [
     "PolynomialThreshold",
     "PositiveFloat",
     "PositiveInt",
+    "PowerSGDCodec",
     "PrivacyConfig",
     "Probability",
     "QSGD",

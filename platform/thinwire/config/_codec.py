@@ -1,5 +1,9 @@
 """The `codec` section: transform -> select -> quantize, with error feedback.
 
+Or a low-rank codec (`lowrank`, PowerSGD) in place of transform, select and quantize: a
+rank-r factorization is neither a subset of coordinates nor a way of writing values, so
+it is one whole tensor codec, which error feedback wraps as it wraps the chain.
+
 Each stage is a registered family (`thinwire.registry`): the sections below are thinwire's
 own kinds, declared here so that they validate anywhere; `thinwire.codecs.registry`
 registers their factories, and a plugin may register more.
@@ -13,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from thinwire.config._base import Density, PositiveFloat, Probability, Section, WaveletName
-from thinwire.registry import FEEDBACKS, QUANTIZERS, SELECTORS, TRANSFORMS, Kinded
+from thinwire.registry import FEEDBACKS, LOWRANK, QUANTIZERS, SELECTORS, TRANSFORMS, Kinded
 
 if TYPE_CHECKING:
     from thinwire.config._experiment import Experiment
@@ -317,6 +321,67 @@ Feedback = Annotated[Kinded, FEEDBACKS]
 """Any registered error-feedback section."""
 
 
+@LOWRANK.declare
+class NoLowRank(Section):
+    """No low-rank codec: tensors travel through transform -> select -> quantize."""
+
+    kind: Literal["none"] = "none"
+
+
+@LOWRANK.declare
+class PowerSGDCodec(Section):
+    """PowerSGD (Vogels et al. 2019): each tensor as a matrix, sent as rank-r factors.
+
+    Per sender and call: P = M Q_prev, P_hat = orth(P), Q = M^T P_hat; P_hat and Q travel
+    and the receiver multiplies out P_hat Q^T, so a star server averages the clients'
+    approximations. Vectors and matrices whose factors would not be `min_compression_rate`
+    times smaller go dense (fp32); a conv kernel (out, in, kh, kw) is an out x (in kh kw)
+    matrix. Error feedback is `codec.error_feedback: true`. Each tensor is its own matrix:
+    needs `codec.scope: tensor`.
+    """
+
+    kind: Literal["powersgd"] = "powersgd"
+    rank: Annotated[int, Field(ge=1, le=1024)] = 2
+    """r: factor columns (a matrix of n x m sends min(r, n, m) of them)."""
+    min_compression_rate: Annotated[float, Field(ge=1.0)] = 2.0
+    """Compress a matrix only when n m >= rate (n + m) r; others go dense."""
+    warm_start: bool = True
+    """Start each call's power iteration from the previous call's Q (else a fresh seeded Q)."""
+    orthogonalize: Literal["gram_schmidt", "qr"] = "gram_schmidt"
+    """How P is orthogonalized: modified Gram-Schmidt (PyTorch's hook) or Householder QR."""
+
+
+ACP_SGD_REFUSAL = (
+    "lowrank kind 'acp_sgd' sends one factor a step and multiplies it with the other "
+    "factor of the step before, so its receiver must hold each sender's last factor in step "
+    "with the sender; a star server or gossip peer decodes every update on its own, and "
+    "client sampling, dropped and rejected updates would leave the two sides with different "
+    "factors. ACP-SGD runs as a DDP communication hook: "
+    "thinwire.ddp.register(model, codec=thinwire.ddp.ACPSGD(rank=...)). Here use kind: powersgd"
+)
+"""Why `acp_sgd` is refused in an experiment's codec (the star, gossip, the ddp runtime)."""
+
+
+@LOWRANK.declare
+class ACPSGDCodec(Section):
+    """ACP-SGD (Zhang et al. 2023): refused here; it runs as a DDP hook (`thinwire.ddp.ACPSGD`).
+
+    It alternates which factor is computed and sent (P = M Q on one step, Q = M^T P on the
+    next), so a receiver must keep each sender's last factor; thinwire's star and gossip
+    receivers decode each update on its own (see `ACP_SGD_REFUSAL`).
+    """
+
+    kind: Literal["acp_sgd"] = "acp_sgd"
+
+    @model_validator(mode="after")
+    def _refused(self) -> ACPSGDCodec:
+        raise ValueError(ACP_SGD_REFUSAL)
+
+
+LowRank = Annotated[Kinded, LOWRANK]
+"""Any registered low-rank codec section."""
+
+
 def _feedback_shorthand(value: Any) -> Any:
     # `error_feedback: true` is the design card's spelling of the residual memory.
     if value is True:
@@ -335,6 +400,8 @@ class CodecConfig(Section):
     error_feedback: Feedback = NoFeedback()
     scope: Literal["tensor", "model"] = "tensor"
     """'tensor': one payload per parameter tensor; 'model': one for the flattened model."""
+    lowrank: LowRank = NoLowRank()
+    """A low-rank codec (powersgd) in place of transform, select and quantize; 'none': the chain."""
 
     @model_validator(mode="before")
     @classmethod
@@ -342,3 +409,32 @@ class CodecConfig(Section):
         if isinstance(data, Mapping) and "error_feedback" in data:
             data = {**data, "error_feedback": _feedback_shorthand(data["error_feedback"])}
         return data
+
+    @model_validator(mode="after")
+    def _lowrank_alone(self) -> CodecConfig:
+        kind = self.lowrank.kind
+        if kind == "none":
+            return self
+        defaults = {"transform": "identity", "select": "none", "quantize": "none"}
+        beside = [
+            f"{name} ({getattr(self, name).kind})"
+            for name, default in defaults.items()
+            if getattr(self, name).kind != default
+        ]
+        if beside:
+            raise ValueError(
+                f"lowrank {kind!r} replaces transform, select and quantize; remove "
+                + ", ".join(beside)
+            )
+        if self.error_feedback.kind not in ("none", "residual"):
+            raise ValueError(
+                f"lowrank {kind!r} sends factors, not coordinates, so error_feedback "
+                f"{self.error_feedback.kind!r} (which masks the coordinates a payload carries) "
+                "does not apply; use error_feedback: true"
+            )
+        if self.scope != "tensor":
+            raise ValueError(
+                f"lowrank {kind!r} compresses each tensor as a matrix, and scope 'model' "
+                "flattens the model into one vector, which is no matrix; use scope: tensor"
+            )
+        return self

@@ -8,14 +8,16 @@ the collective that suits the method:
 - a thinwire codec (a `CodecConfig` section, or a built `Codec`): allreduce or all-gather
   (`thinwire.ddp.exchange`);
 - `PowerSGD(rank=...)`: allreduce of the P, then of the Q factors (`thinwire.ddp.powersgd`);
+- `ACPSGD(rank=...)`: one allreduce a step, of P and of Q in turn (`thinwire.ddp.acpsgd`);
 - `OkTopk(density=...)`: Ok-Topk's sparse allreduce (`thinwire.ddp.oktopk`).
 
 Futures: a route that is one allreduce (dense casts, seeded supports) returns the
 collective's own future, so DDP overlaps it with the rest of the backward pass; the
-multi-stage routes (all-gather, PowerSGD, Ok-Topk) run their collectives inside the hook
+multi-stage routes (all-gather, PowerSGD, ACP-SGD, Ok-Topk) run their collectives inside the hook
 and return a completed future.
 
-State (codec states and residuals, PowerSGD's Q and residuals, Ok-Topk's thresholds) lives
+State (codec states and residuals, PowerSGD's Q and residuals, ACP-SGD's factors and
+residuals, Ok-Topk's thresholds) lives
 in the `HookState` that `register` returns, never on the model. DDP rebuilds its buckets
 once after the first iteration (in the order gradients became ready): a bucket of a new
 layout takes over the coordinate-aligned state (residuals, DGC momenta) of its parameters
@@ -40,6 +42,7 @@ from thinwire.codecs.base import Codec
 from thinwire.codecs.lowrank import LowRankState
 from thinwire.codecs.registry import build
 from thinwire.config import CodecConfig
+from thinwire.ddp.acpsgd import ACPSGD, ACPState, acpsgd_allreduce
 from thinwire.ddp.collectives import Group, Traffic
 from thinwire.ddp.exchange import codec_allreduce
 from thinwire.ddp.oktopk import OkTopk, init_oktopk, oktopk_allreduce
@@ -51,7 +54,7 @@ __all__ = ["HookState", "HookStats", "Method", "register"]
 
 logger = logging.getLogger(__name__)
 
-Method = CodecConfig | Codec | PowerSGD | OkTopk
+Method = CodecConfig | Codec | PowerSGD | ACPSGD | OkTopk
 Layout = tuple[int, ...]  # the positions (in model.parameters()) of a bucket's parameters
 
 
@@ -68,7 +71,7 @@ class _Bucket(NamedTuple):
     """One bucket's method state, for the layout it was built for."""
 
     codec: Codec | None  # the bucket's codec (codec methods only)
-    state: Any  # the codec's or Ok-Topk's state; None for PowerSGD
+    state: Any  # the codec's or Ok-Topk's state; None for PowerSGD and ACP-SGD
     sizes: tuple[int, ...]  # numel of each parameter, in bucket order
     checked: bool  # whether the shared-seed check has run
 
@@ -78,6 +81,7 @@ class HookState:
 
     __slots__ = (
         "_buckets",
+        "_acp",
         "_lowrank",
         "_used",
         "elements",
@@ -100,6 +104,7 @@ class HookState:
         # Per-bucket and per-parameter state.
         self._buckets: dict[Layout, _Bucket] = {}
         self._lowrank: dict[int, LowRankState] = {}
+        self._acp: dict[int, ACPState] = {}
         self._used: set[Layout] = set()
         # Statistics.
         self.traffic = Traffic()
@@ -129,7 +134,7 @@ class HookState:
         codec, state = None, None
         if isinstance(self.method, OkTopk):
             state = init_oktopk(flat.numel(), flat.device)
-        elif not isinstance(self.method, PowerSGD):
+        elif not isinstance(self.method, PowerSGD | ACPSGD):
             codec = (
                 build(self.method, seed=bucket_seed(self.seed, layout))
                 if isinstance(self.method, CodecConfig)
@@ -187,13 +192,18 @@ def _hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[tor
             grads, layout, state._lowrank, method, state.steps, state.group, state.traffic
         )
         future = _done(torch.cat([m.reshape(-1) for m in means]).to(flat.dtype))
+    elif isinstance(method, ACPSGD):
+        means, state._acp = acpsgd_allreduce(
+            grads, layout, state._acp, method, state.steps, state.group, state.traffic
+        )
+        future = _done(torch.cat([m.reshape(-1) for m in means]).to(flat.dtype))
     else:
         entry = state.bucket(layout, grads, flat)
         if isinstance(method, OkTopk):
             mean, new = oktopk_allreduce(flat, entry.state, method, state.group, state.traffic)
             future = _done(mean.to(flat.dtype))
         else:
-            if entry.codec is None:  # a bucket state outside PowerSGD/Ok-Topk keeps a codec
+            if entry.codec is None:  # a bucket state outside the low-rank/Ok-Topk routes
                 raise RuntimeError("a gradient bucket has no codec to compress with")
             future, new = codec_allreduce(
                 entry.codec,
@@ -218,12 +228,19 @@ def _done(tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
 
 def _method(codec: Method | Mapping[str, Any]) -> Method:
     if isinstance(codec, Mapping):
-        return CodecConfig.model_validate(dict(codec))
-    if isinstance(codec, CodecConfig | Codec | PowerSGD | OkTopk):
+        codec = CodecConfig.model_validate(dict(codec))
+    if isinstance(codec, CodecConfig) and codec.lowrank.kind != "none":
+        # A bucket is one flat vector, which no low-rank codec compresses.
+        raise ValueError(
+            f"thinwire.ddp.register compresses each bucket as one flat vector, so codec "
+            f"lowrank {codec.lowrank.kind!r} does not apply; pass PowerSGD(rank=...) or "
+            f"ACPSGD(rank=...), which compress each parameter as a matrix"
+        )
+    if isinstance(codec, CodecConfig | Codec | PowerSGD | ACPSGD | OkTopk):
         return codec
     raise TypeError(
         f"thinwire.ddp.register(codec=...) takes a codec section (a CodecConfig or its "
-        f"mapping), a built thinwire Codec, PowerSGD(...) or OkTopk(...); got "
+        f"mapping), a built thinwire Codec, PowerSGD(...), ACPSGD(...) or OkTopk(...); got "
         f"{type(codec).__name__}"
     )
 
@@ -249,9 +266,10 @@ def register(
         model: the `DistributedDataParallel` model whose gradients are exchanged.
         codec: a codec section (`CodecConfig` or a mapping such as
             `{"select": {"kind": "topk", "density": 0.01}, "error_feedback": True}`), a
-            built `Codec`, `PowerSGD(rank=...)` or `OkTopk(density=...)`.
+            built `Codec`, `PowerSGD(rank=...)`, `ACPSGD(rank=...)` or `OkTopk(density=...)`.
         process_group: the group to exchange over; None for the default group.
-        seed: base seed of the codecs' random stages and PowerSGD's initial Q.
+        seed: base seed of the codecs' random stages (PowerSGD and ACP-SGD seed their
+            initial Q with their own `seed`).
 
     Returns:
         The `HookState`: per-bucket state and the byte counts (`stats()`).

@@ -38,7 +38,7 @@ from thinwire.codecs.lowrank import (
 from thinwire.ddp.collectives import Group, Traffic, allreduce_, world_size
 from thinwire.seeding import tensor_seed, tensor_step_seed
 
-__all__ = ["PowerSGD", "powersgd_allreduce"]
+__all__ = ["PowerSGD", "allreduce_uncompressed", "powersgd_allreduce", "split_flat"]
 
 
 @dataclass(frozen=True)
@@ -100,22 +100,13 @@ def powersgd_allreduce(
         traffic: where the bytes are counted.
     """
     ranks = world_size(group)
-    out: list[torch.Tensor] = [torch.empty(0)] * len(grads)
     compressed = [
         i
         for i, g in enumerate(grads)
         if step >= config.start_iter
         and worth_compressing(tuple(g.shape), config.rank, config.min_compression_rate)
     ]
-    plain = [i for i in range(len(grads)) if i not in set(compressed)]
-    if plain:
-        flat = torch.cat([grads[i].reshape(-1).float() for i in plain])
-        allreduce_(flat, group, traffic)
-        flat /= ranks
-        offset = 0
-        for i in plain:
-            out[i] = flat[offset : offset + grads[i].numel()].view(grads[i].shape)
-            offset += grads[i].numel()
+    out = allreduce_uncompressed(grads, set(compressed), group, traffic)
     if not compressed:
         return out, states
     states = dict(states)
@@ -142,22 +133,47 @@ def powersgd_allreduce(
     ps = [p_step(m, q) for m, q in zip(matrices, qs, strict=True)]
     p_flat = torch.cat([p.reshape(-1) for p in ps])
     allreduce_(p_flat, group, traffic)
-    p_hats = [orthogonalize(p) for p in _split(p_flat, [p.shape for p in ps])]
+    p_hats = [orthogonalize(p) for p in split_flat(p_flat, [p.shape for p in ps])]
     new_qs = [q_step(m, p_hat) for m, p_hat in zip(matrices, p_hats, strict=True)]
-    errors = [residual(m, p, q) for m, p, q in zip(matrices, p_hats, new_qs, strict=True)]
+    errors = (
+        [residual(m, p, q) for m, p, q in zip(matrices, p_hats, new_qs, strict=True)]
+        if config.error_feedback
+        else [states[keys[i]].residual for i in compressed]
+    )
     q_flat = torch.cat([q.reshape(-1) for q in new_qs])
     allreduce_(q_flat, group, traffic)
     q_flat /= ranks
-    mean_qs = _split(q_flat, [q.shape for q in new_qs])
+    mean_qs = split_flat(q_flat, [q.shape for q in new_qs])
     for j, i in enumerate(compressed):
         key = keys[i]
         out[i] = reconstruct(p_hats[j], mean_qs[j]).view(grads[i].shape)
-        kept_residual = errors[j] if config.error_feedback else states[key].residual
-        states[key] = LowRankState(mean_qs[j].clone(), kept_residual)
+        states[key] = LowRankState(mean_qs[j].clone(), errors[j])
     return out, states
 
 
-def _split(flat: torch.Tensor, shapes: Sequence[torch.Size]) -> list[torch.Tensor]:
+def allreduce_uncompressed(
+    grads: Sequence[torch.Tensor], compressed: set[int], group: Group, traffic: Traffic
+) -> list[torch.Tensor]:
+    """The mean over ranks of every gradient not in `compressed`, in one flat allreduce.
+
+    Returns a list over `grads` holding those means; compressed positions hold an empty
+    placeholder for the caller to fill.
+    """
+    out: list[torch.Tensor] = [torch.empty(0)] * len(grads)
+    plain = [i for i in range(len(grads)) if i not in compressed]
+    if plain:
+        flat = torch.cat([grads[i].reshape(-1).float() for i in plain])
+        allreduce_(flat, group, traffic)
+        flat /= world_size(group)
+        offset = 0
+        for i in plain:
+            out[i] = flat[offset : offset + grads[i].numel()].view(grads[i].shape)
+            offset += grads[i].numel()
+    return out
+
+
+def split_flat(flat: torch.Tensor, shapes: Sequence[torch.Size]) -> list[torch.Tensor]:
+    """`flat` cut into consecutive views of `shapes`."""
     parts, offset = [], 0
     for shape in shapes:
         size = shape.numel()

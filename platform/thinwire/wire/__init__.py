@@ -26,6 +26,7 @@ from thinwire.wire._multiscale import (
 from thinwire.wire._serialize import decode, encode
 from thinwire.wire.payload import (
     DenseSupport,
+    FactorSupport,
     Kind,
     MultiScaleValues,
     Payload,
@@ -40,6 +41,7 @@ from thinwire.wire.payload import (
     Update,
     Values,
     client_id,
+    factors,
 )
 
 __all__ = [
@@ -47,6 +49,7 @@ __all__ = [
     "MULTISCALE_MAX_SCALES",
     "SEEDED_DOMAIN_LIMIT",
     "DenseSupport",
+    "FactorSupport",
     "Kind",
     "Limits",
     "MultiScaleValues",
@@ -62,6 +65,7 @@ __all__ = [
     "Update",
     "Values",
     "client_id",
+    "factors",
     "largest_level",
     "multiscale_problem",
     "WireError",

@@ -28,9 +28,11 @@ from thinwire.wire._multiscale import read_multiscale, write_multiscale
 from thinwire.wire._values import read_values, write_values
 from thinwire.wire.payload import (
     DenseSupport,
+    FactorSupport,
     Kind,
     MultiScaleValues,
     Payload,
+    RawValues,
     SeededSupport,
     SeedScheme,
     SparseSupport,
@@ -82,7 +84,7 @@ def encode(update: Update) -> bytes:
     for name, payload in update.tensors.items():
         try:
             tensor = message.tensors.add(name=name, shape=payload.shape)
-            count = _write_support(payload.support, payload.numel, tensor)
+            count = _write_support(payload.support, payload.shape, tensor)
             if isinstance(payload.values, MultiScaleValues):
                 write_multiscale(payload.values, count, tensor.multiscale)
             else:
@@ -92,8 +94,9 @@ def encode(update: Update) -> bytes:
     return message.SerializeToString(deterministic=True)
 
 
-def _write_support(support: Support, n: int, tensor: pb.Tensor) -> int:
-    """Writes the support into `tensor` and returns its number of coordinates."""
+def _write_support(support: Support, shape: tuple[int, ...], tensor: pb.Tensor) -> int:
+    """Writes the support into `tensor` and returns its number of carried values."""
+    n = math.prod(shape)
     match support:
         case DenseSupport():
             tensor.dense.SetInParent()
@@ -113,7 +116,17 @@ def _write_support(support: Support, n: int, tensor: pb.Tensor) -> int:
             tensor.seeded.scheme = int(scheme)  # type: ignore[assignment]
             tensor.seeded.count = count
             return count
-    raise TypeError(f"expected DenseSupport, SparseSupport or SeededSupport, got {support!r}")
+        case FactorSupport(rank=rank):
+            if len(shape) != 2 or not 1 <= rank <= min(shape):
+                raise ValueError(
+                    f"factors need a 2-D domain and 1 <= rank <= min(n, m), "
+                    f"got rank {rank} of shape {shape}"
+                )
+            tensor.factors.rank = rank
+            return (shape[0] + shape[1]) * rank
+    raise TypeError(
+        f"expected DenseSupport, SparseSupport, SeededSupport or FactorSupport, got {support!r}"
+    )
 
 
 def decode(
@@ -251,6 +264,8 @@ def _read_tensor(tensor: pb.Tensor, expected: TensorSpec, limits: Limits) -> Pay
     if len(tensor.shape) != len(expected.shape) or tuple(tensor.shape) != expected.shape:
         shape = tuple(tensor.shape) if len(tensor.shape) <= 8 else f"<{len(tensor.shape)} dims>"
         raise WireError(f"shape {shape} does not match the expected {expected.shape}")
+    if tensor.WhichOneof("support") == "factors":
+        return _read_factors(tensor, expected.shape, limits)
     support, count = _read_support(tensor, expected.numel)
     if tensor.WhichOneof("values") == "multiscale":
         return Payload(expected.shape, support, read_multiscale(tensor.multiscale, count, limits))
@@ -279,4 +294,25 @@ def _read_support(tensor: pb.Tensor, n: int) -> tuple[Support, int]:
             raise WireError(f"seeded support carries {seeded.count} coordinates of a domain of {n}")
         support = SeededSupport(seeded.seed, SeedScheme(seeded.scheme), seeded.count)
         return support, seeded.count
-    raise WireError("has no support (dense, sparse or seeded)")
+    raise WireError("has no support (dense, sparse, seeded or factors)")
+
+
+def _read_factors(tensor: pb.Tensor, shape: tuple[int, ...], limits: Limits) -> Payload:
+    """A factor payload: rank within the domain, exactly (n + m) r raw values, all finite.
+
+    Non-finite factors are refused whatever `limits.allow_nonfinite` says: one NaN in P or
+    Q spreads over a whole row or column of the product.
+    """
+    if len(shape) != 2:
+        raise WireError(f"factors need a 2-D domain (n, m), this tensor's is {shape}")
+    rank = tensor.factors.rank
+    if not 1 <= rank <= min(shape):
+        raise WireError(f"factor rank {rank} is outside [1, min(n, m) = {min(shape)}]")
+    if tensor.WhichOneof("values") != "raw":
+        raise WireError(f"factors travel as raw values, got {tensor.WhichOneof('values')}")
+    values = read_values(tensor, (shape[0] + shape[1]) * rank, limits)
+    if not isinstance(values, RawValues):  # read_values of a raw field; narrows the type
+        raise WireError("factors travel as raw values")
+    if not bool(torch.isfinite(values.data).all()):
+        raise WireError(f"rank-{rank} factors hold non-finite values")
+    return Payload(shape, FactorSupport(rank), values)

@@ -17,6 +17,7 @@ import torch
 
 __all__ = [
     "DenseSupport",
+    "FactorSupport",
     "Kind",
     "MultiScaleValues",
     "Payload",
@@ -31,6 +32,7 @@ __all__ = [
     "Update",
     "Values",
     "client_id",
+    "factors",
 ]
 
 
@@ -83,7 +85,18 @@ class SeededSupport:
     count: int  # k, in [0, n]
 
 
-Support = DenseSupport | SparseSupport | SeededSupport
+@dataclass(frozen=True, slots=True)
+class FactorSupport:
+    """A rank-r matrix P Q^T over a 2-D domain (n, m): the values are P's then Q's entries.
+
+    The payload's raw values hold (n + m) * rank floats, P (n, r) then Q (m, r), each
+    row-major; `factors` splits them and the receiver multiplies them out (PowerSGD).
+    """
+
+    rank: int  # r, in [1, min(n, m)]
+
+
+Support = DenseSupport | SparseSupport | SeededSupport | FactorSupport
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +207,25 @@ def _move_values(values: Values, device: torch.device | str) -> Values:
                 values.bits,
                 values.bucket,
             )
+
+
+def factors(payload: Payload) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (P, Q) of a factor payload: views of its raw values, (n, r) and (m, r).
+
+    Raises:
+        ValueError: if the payload is not a factor support over a 2-D domain with raw
+            values of exactly (n + m) * rank entries (the wire refuses such payloads first).
+    """
+    support, values = payload.support, payload.values
+    if not isinstance(support, FactorSupport) or not isinstance(values, RawValues):
+        raise ValueError("factors() needs a FactorSupport payload with raw values")
+    if len(payload.shape) != 2:
+        raise ValueError(f"a factor payload needs a 2-D domain, got shape {payload.shape}")
+    (n, m), r = payload.shape, support.rank
+    data = values.data.reshape(-1)
+    if data.numel() != (n + m) * r:
+        raise ValueError(f"rank-{r} factors of {n} x {m} need {(n + m) * r} values")
+    return data[: n * r].view(n, r), data[n * r :].view(m, r)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1athinwire/wire/update.proto\x12\x10thinwire.wire.v1\"\xf0\x01\n\x06Update\x12\x0e\n\x06\x66ormat\x18\x01 \x01(\r\x12\x0e\n\x06sender\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\x04\x12$\n\x04kind\x18\x04 \x01(\x0e\x32\x16.thinwire.wire.v1.Kind\x12\x36\n\x07metrics\x18\x05 \x03(\x0b\x32%.thinwire.wire.v1.Update.MetricsEntry\x12)\n\x07tensors\x18\x06 \x03(\x0b\x32\x18.thinwire.wire.v1.Tensor\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x9d\x03\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x04\x12/\n\x05\x64\x65nse\x18\x03 \x01(\x0b\x32\x1e.thinwire.wire.v1.DenseSupportH\x00\x12\x31\n\x06sparse\x18\x04 \x01(\x0b\x32\x1f.thinwire.wire.v1.SparseSupportH\x00\x12\x31\n\x06seeded\x18\x05 \x01(\x0b\x32\x1f.thinwire.wire.v1.SeededSupportH\x00\x12*\n\x03raw\x18\x06 \x01(\x0b\x32\x1b.thinwire.wire.v1.RawValuesH\x01\x12\x36\n\tquantized\x18\x07 \x01(\x0b\x32!.thinwire.wire.v1.QuantizedValuesH\x01\x12,\n\x04sign\x18\x08 \x01(\x0b\x32\x1c.thinwire.wire.v1.SignValuesH\x01\x12\x38\n\nmultiscale\x18\t \x01(\x0b\x32\".thinwire.wire.v1.MultiScaleValuesH\x01\x42\t\n\x07supportB\x08\n\x06values\"\x0e\n\x0c\x44\x65nseSupport\"b\n\rSparseSupport\x12\r\n\x05\x63ount\x18\x01 \x01(\x04\x12&\n\x04gaps\x18\x02 \x01(\x0b\x32\x16.thinwire.wire.v1.RiceH\x00\x12\x10\n\x06\x62itmap\x18\x03 \x01(\x0cH\x00\x42\x08\n\x06\x63oding\"/\n\x04Rice\x12\x0c\n\x04\x62its\x18\x01 \x01(\r\x12\x0b\n\x03low\x18\x02 \x01(\x0c\x12\x0c\n\x04high\x18\x03 \x01(\x0c\"Z\n\rSeededSupport\x12\x0c\n\x04seed\x18\x01 \x01(\x04\x12,\n\x06scheme\x18\x02 \x01(\x0e\x32\x1c.thinwire.wire.v1.SeedScheme\x12\r\n\x05\x63ount\x18\x03 \x01(\x04\"E\n\tRawValues\x12*\n\x05\x64type\x18\x01 \x01(\x0e\x32\x1b.thinwire.wire.v1.ValueType\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"\xad\x01\n\x0fQuantizedValues\x12\x0e\n\x06levels\x18\x01 \x01(\r\x12\x0e\n\x06\x62ucket\x18\x02 \x01(\x04\x12\r\n\x05norms\x18\x03 \x01(\x0c\x12\x30\n\x06packed\x18\x04 \x01(\x0b\x32\x1e.thinwire.wire.v1.PackedLevelsH\x00\x12\x30\n\x06sparse\x18\x05 \x01(\x0b\x32\x1e.thinwire.wire.v1.SparseLevelsH\x00\x42\x07\n\x05\x63odes\"\x1c\n\x0cPackedLevels\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\"\x88\x01\n\x0cSparseLevels\x12\x0f\n\x07nonzero\x18\x01 \x01(\x04\x12)\n\tpositions\x18\x02 \x01(\x0b\x32\x16.thinwire.wire.v1.Rice\x12*\n\nmagnitudes\x18\x03 \x01(\x0b\x32\x16.thinwire.wire.v1.Rice\x12\x10\n\x08negative\x18\x04 \x01(\x0c\"W\n\nSignValues\x12\x0e\n\x06\x62ucket\x18\x01 \x01(\x04\x12\x0e\n\x06scales\x18\x02 \x01(\x0c\x12\x10\n\x08negative\x18\x03 \x01(\x0c\x12\x17\n\x0fnegative_scales\x18\x04 \x01(\x0c\"t\n\x10MultiScaleValues\x12\x0c\n\x04\x62its\x18\x01 \x01(\r\x12\x0e\n\x06scales\x18\x02 \x03(\r\x12\x0e\n\x06\x62ucket\x18\x03 \x01(\x04\x12\r\n\x05norms\x18\x04 \x01(\x0c\x12\x0e\n\x06levels\x18\x05 \x01(\x0c\x12\x13\n\x0bscale_index\x18\x06 \x01(\x0c*O\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0f\n\x0bMODEL_DELTA\x10\x01\x12\t\n\x05MODEL\x10\x02\x12\x15\n\x11GOSSIP_CORRECTION\x10\x03*I\n\nSeedScheme\x12\x1b\n\x17SEED_SCHEME_UNSPECIFIED\x10\x00\x12\x0c\n\x08RANDOM_K\x10\x01\x12\x10\n\x0cRANDOM_BLOCK\x10\x02*E\n\tValueType\x12\x1a\n\x16VALUE_TYPE_UNSPECIFIED\x10\x00\x12\x08\n\x04\x46P32\x10\x01\x12\x08\n\x04\x46P16\x10\x02\x12\x08\n\x04\x42\x46\x31\x36\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1athinwire/wire/update.proto\x12\x10thinwire.wire.v1\"\xf0\x01\n\x06Update\x12\x0e\n\x06\x66ormat\x18\x01 \x01(\r\x12\x0e\n\x06sender\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\x04\x12$\n\x04kind\x18\x04 \x01(\x0e\x32\x16.thinwire.wire.v1.Kind\x12\x36\n\x07metrics\x18\x05 \x03(\x0b\x32%.thinwire.wire.v1.Update.MetricsEntry\x12)\n\x07tensors\x18\x06 \x03(\x0b\x32\x18.thinwire.wire.v1.Tensor\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xd1\x03\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x04\x12/\n\x05\x64\x65nse\x18\x03 \x01(\x0b\x32\x1e.thinwire.wire.v1.DenseSupportH\x00\x12\x31\n\x06sparse\x18\x04 \x01(\x0b\x32\x1f.thinwire.wire.v1.SparseSupportH\x00\x12\x31\n\x06seeded\x18\x05 \x01(\x0b\x32\x1f.thinwire.wire.v1.SeededSupportH\x00\x12\x32\n\x07\x66\x61\x63tors\x18\n \x01(\x0b\x32\x1f.thinwire.wire.v1.FactorSupportH\x00\x12*\n\x03raw\x18\x06 \x01(\x0b\x32\x1b.thinwire.wire.v1.RawValuesH\x01\x12\x36\n\tquantized\x18\x07 \x01(\x0b\x32!.thinwire.wire.v1.QuantizedValuesH\x01\x12,\n\x04sign\x18\x08 \x01(\x0b\x32\x1c.thinwire.wire.v1.SignValuesH\x01\x12\x38\n\nmultiscale\x18\t \x01(\x0b\x32\".thinwire.wire.v1.MultiScaleValuesH\x01\x42\t\n\x07supportB\x08\n\x06values\"\x0e\n\x0c\x44\x65nseSupport\"b\n\rSparseSupport\x12\r\n\x05\x63ount\x18\x01 \x01(\x04\x12&\n\x04gaps\x18\x02 \x01(\x0b\x32\x16.thinwire.wire.v1.RiceH\x00\x12\x10\n\x06\x62itmap\x18\x03 \x01(\x0cH\x00\x42\x08\n\x06\x63oding\"/\n\x04Rice\x12\x0c\n\x04\x62its\x18\x01 \x01(\r\x12\x0b\n\x03low\x18\x02 \x01(\x0c\x12\x0c\n\x04high\x18\x03 \x01(\x0c\"Z\n\rSeededSupport\x12\x0c\n\x04seed\x18\x01 \x01(\x04\x12,\n\x06scheme\x18\x02 \x01(\x0e\x32\x1c.thinwire.wire.v1.SeedScheme\x12\r\n\x05\x63ount\x18\x03 \x01(\x04\"\x1d\n\rFactorSupport\x12\x0c\n\x04rank\x18\x01 \x01(\r\"E\n\tRawValues\x12*\n\x05\x64type\x18\x01 \x01(\x0e\x32\x1b.thinwire.wire.v1.ValueType\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"\xad\x01\n\x0fQuantizedValues\x12\x0e\n\x06levels\x18\x01 \x01(\r\x12\x0e\n\x06\x62ucket\x18\x02 \x01(\x04\x12\r\n\x05norms\x18\x03 \x01(\x0c\x12\x30\n\x06packed\x18\x04 \x01(\x0b\x32\x1e.thinwire.wire.v1.PackedLevelsH\x00\x12\x30\n\x06sparse\x18\x05 \x01(\x0b\x32\x1e.thinwire.wire.v1.SparseLevelsH\x00\x42\x07\n\x05\x63odes\"\x1c\n\x0cPackedLevels\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\"\x88\x01\n\x0cSparseLevels\x12\x0f\n\x07nonzero\x18\x01 \x01(\x04\x12)\n\tpositions\x18\x02 \x01(\x0b\x32\x16.thinwire.wire.v1.Rice\x12*\n\nmagnitudes\x18\x03 \x01(\x0b\x32\x16.thinwire.wire.v1.Rice\x12\x10\n\x08negative\x18\x04 \x01(\x0c\"W\n\nSignValues\x12\x0e\n\x06\x62ucket\x18\x01 \x01(\x04\x12\x0e\n\x06scales\x18\x02 \x01(\x0c\x12\x10\n\x08negative\x18\x03 \x01(\x0c\x12\x17\n\x0fnegative_scales\x18\x04 \x01(\x0c\"t\n\x10MultiScaleValues\x12\x0c\n\x04\x62its\x18\x01 \x01(\r\x12\x0e\n\x06scales\x18\x02 \x03(\r\x12\x0e\n\x06\x62ucket\x18\x03 \x01(\x04\x12\r\n\x05norms\x18\x04 \x01(\x0c\x12\x0e\n\x06levels\x18\x05 \x01(\x0c\x12\x13\n\x0bscale_index\x18\x06 \x01(\x0c*O\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0f\n\x0bMODEL_DELTA\x10\x01\x12\t\n\x05MODEL\x10\x02\x12\x15\n\x11GOSSIP_CORRECTION\x10\x03*I\n\nSeedScheme\x12\x1b\n\x17SEED_SCHEME_UNSPECIFIED\x10\x00\x12\x0c\n\x08RANDOM_K\x10\x01\x12\x10\n\x0cRANDOM_BLOCK\x10\x02*E\n\tValueType\x12\x1a\n\x16VALUE_TYPE_UNSPECIFIED\x10\x00\x12\x08\n\x04\x46P32\x10\x01\x12\x08\n\x04\x46P16\x10\x02\x12\x08\n\x04\x42\x46\x31\x36\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,36 +33,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_UPDATE_METRICSENTRY']._loaded_options = None
   _globals['_UPDATE_METRICSENTRY']._serialized_options = b'8\001'
-  _globals['_KIND']._serialized_start=1587
-  _globals['_KIND']._serialized_end=1666
-  _globals['_SEEDSCHEME']._serialized_start=1668
-  _globals['_SEEDSCHEME']._serialized_end=1741
-  _globals['_VALUETYPE']._serialized_start=1743
-  _globals['_VALUETYPE']._serialized_end=1812
+  _globals['_KIND']._serialized_start=1670
+  _globals['_KIND']._serialized_end=1749
+  _globals['_SEEDSCHEME']._serialized_start=1751
+  _globals['_SEEDSCHEME']._serialized_end=1824
+  _globals['_VALUETYPE']._serialized_start=1826
+  _globals['_VALUETYPE']._serialized_end=1895
   _globals['_UPDATE']._serialized_start=49
   _globals['_UPDATE']._serialized_end=289
   _globals['_UPDATE_METRICSENTRY']._serialized_start=243
   _globals['_UPDATE_METRICSENTRY']._serialized_end=289
   _globals['_TENSOR']._serialized_start=292
-  _globals['_TENSOR']._serialized_end=705
-  _globals['_DENSESUPPORT']._serialized_start=707
-  _globals['_DENSESUPPORT']._serialized_end=721
-  _globals['_SPARSESUPPORT']._serialized_start=723
-  _globals['_SPARSESUPPORT']._serialized_end=821
-  _globals['_RICE']._serialized_start=823
-  _globals['_RICE']._serialized_end=870
-  _globals['_SEEDEDSUPPORT']._serialized_start=872
-  _globals['_SEEDEDSUPPORT']._serialized_end=962
-  _globals['_RAWVALUES']._serialized_start=964
-  _globals['_RAWVALUES']._serialized_end=1033
-  _globals['_QUANTIZEDVALUES']._serialized_start=1036
-  _globals['_QUANTIZEDVALUES']._serialized_end=1209
-  _globals['_PACKEDLEVELS']._serialized_start=1211
-  _globals['_PACKEDLEVELS']._serialized_end=1239
-  _globals['_SPARSELEVELS']._serialized_start=1242
-  _globals['_SPARSELEVELS']._serialized_end=1378
-  _globals['_SIGNVALUES']._serialized_start=1380
-  _globals['_SIGNVALUES']._serialized_end=1467
-  _globals['_MULTISCALEVALUES']._serialized_start=1469
-  _globals['_MULTISCALEVALUES']._serialized_end=1585
+  _globals['_TENSOR']._serialized_end=757
+  _globals['_DENSESUPPORT']._serialized_start=759
+  _globals['_DENSESUPPORT']._serialized_end=773
+  _globals['_SPARSESUPPORT']._serialized_start=775
+  _globals['_SPARSESUPPORT']._serialized_end=873
+  _globals['_RICE']._serialized_start=875
+  _globals['_RICE']._serialized_end=922
+  _globals['_SEEDEDSUPPORT']._serialized_start=924
+  _globals['_SEEDEDSUPPORT']._serialized_end=1014
+  _globals['_FACTORSUPPORT']._serialized_start=1016
+  _globals['_FACTORSUPPORT']._serialized_end=1045
+  _globals['_RAWVALUES']._serialized_start=1047
+  _globals['_RAWVALUES']._serialized_end=1116
+  _globals['_QUANTIZEDVALUES']._serialized_start=1119
+  _globals['_QUANTIZEDVALUES']._serialized_end=1292
+  _globals['_PACKEDLEVELS']._serialized_start=1294
+  _globals['_PACKEDLEVELS']._serialized_end=1322
+  _globals['_SPARSELEVELS']._serialized_start=1325
+  _globals['_SPARSELEVELS']._serialized_end=1461
+  _globals['_SIGNVALUES']._serialized_start=1463
+  _globals['_SIGNVALUES']._serialized_end=1550
+  _globals['_MULTISCALEVALUES']._serialized_start=1552
+  _globals['_MULTISCALEVALUES']._serialized_end=1668
 # @@protoc_insertion_point(module_scope)

@@ -62,12 +62,13 @@ class Update(_message.Message):
     def __init__(self, format: _Optional[int] = ..., sender: _Optional[str] = ..., round: _Optional[int] = ..., kind: _Optional[_Union[Kind, str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., tensors: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ...) -> None: ...
 
 class Tensor(_message.Message):
-    __slots__ = ("name", "shape", "dense", "sparse", "seeded", "raw", "quantized", "sign", "multiscale")
+    __slots__ = ("name", "shape", "dense", "sparse", "seeded", "factors", "raw", "quantized", "sign", "multiscale")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     DENSE_FIELD_NUMBER: _ClassVar[int]
     SPARSE_FIELD_NUMBER: _ClassVar[int]
     SEEDED_FIELD_NUMBER: _ClassVar[int]
+    FACTORS_FIELD_NUMBER: _ClassVar[int]
     RAW_FIELD_NUMBER: _ClassVar[int]
     QUANTIZED_FIELD_NUMBER: _ClassVar[int]
     SIGN_FIELD_NUMBER: _ClassVar[int]
@@ -77,11 +78,12 @@ class Tensor(_message.Message):
     dense: DenseSupport
     sparse: SparseSupport
     seeded: SeededSupport
+    factors: FactorSupport
     raw: RawValues
     quantized: QuantizedValues
     sign: SignValues
     multiscale: MultiScaleValues
-    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., dense: _Optional[_Union[DenseSupport, _Mapping]] = ..., sparse: _Optional[_Union[SparseSupport, _Mapping]] = ..., seeded: _Optional[_Union[SeededSupport, _Mapping]] = ..., raw: _Optional[_Union[RawValues, _Mapping]] = ..., quantized: _Optional[_Union[QuantizedValues, _Mapping]] = ..., sign: _Optional[_Union[SignValues, _Mapping]] = ..., multiscale: _Optional[_Union[MultiScaleValues, _Mapping]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., dense: _Optional[_Union[DenseSupport, _Mapping]] = ..., sparse: _Optional[_Union[SparseSupport, _Mapping]] = ..., seeded: _Optional[_Union[SeededSupport, _Mapping]] = ..., factors: _Optional[_Union[FactorSupport, _Mapping]] = ..., raw: _Optional[_Union[RawValues, _Mapping]] = ..., quantized: _Optional[_Union[QuantizedValues, _Mapping]] = ..., sign: _Optional[_Union[SignValues, _Mapping]] = ..., multiscale: _Optional[_Union[MultiScaleValues, _Mapping]] = ...) -> None: ...
 
 class DenseSupport(_message.Message):
     __slots__ = ()
@@ -116,6 +118,12 @@ class SeededSupport(_message.Message):
     scheme: SeedScheme
     count: int
     def __init__(self, seed: _Optional[int] = ..., scheme: _Optional[_Union[SeedScheme, str]] = ..., count: _Optional[int] = ...) -> None: ...
+
+class FactorSupport(_message.Message):
+    __slots__ = ("rank",)
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    def __init__(self, rank: _Optional[int] = ...) -> None: ...
 
 class RawValues(_message.Message):
     __slots__ = ("dtype", "data")

@@ -34,6 +34,7 @@ from thinwire.wire import update_pb2 as pb
 
 TOPK_EF = {"scope": "model", "select": {"kind": "topk", "density": 0.05}, "error_feedback": True}
 MULTISCALE = {"quantize": {"kind": "multiscale_qsgd", "bits": 4, "scales": 2, "bucket": 256}}
+POWERSGD = {"lowrank": {"kind": "powersgd", "rank": 2}, "error_feedback": True}
 
 
 def experiment(tmp_path: Path, **sections: Any) -> Experiment:
@@ -148,6 +149,8 @@ POLICY_KEYS = ("censored", "reused", "slot_successes", "slot_collisions", "slot_
             "train": {"rounds": 3, "local_steps": 4, "participation": 0.67},
         },
         {"codec": {"quantize": {"kind": "two_mean_sign"}, "error_feedback": True}},
+        # The warm-start Q and the residual live in the node's state folder between rounds.
+        {"codec": POWERSGD, "train": {"rounds": 3, "local_steps": 4, "participation": 0.67}},
     ],
     ids=[
         "topk-ef",
@@ -158,6 +161,7 @@ POLICY_KEYS = ("censored", "reused", "slot_successes", "slot_collisions", "slot_
         "multiscale-qsgd-both-ways",
         "majority-vote-previous-mask-partial-participation",
         "two-mean-sign-ef",
+        "powersgd-ef-partial-participation",
     ],
 )
 @pytest.mark.usefixtures("two_threads")
