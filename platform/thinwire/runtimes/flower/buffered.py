@@ -53,11 +53,10 @@ from thinwire.runtimes.flower.messages import (
     TrainReply,
     instruction,
     is_state_lost,
-    read_identity,
     read_train_reply,
 )
 from thinwire.runtimes.flower.roster import Roster
-from thinwire.runtimes.flower.strategy import TRANSIENT_ERRORS, QuorumError
+from thinwire.runtimes.flower.strategy import QuorumError
 from thinwire.server.buffered import BufferedServer
 from thinwire.wire import WireError
 
@@ -341,15 +340,4 @@ class FlowerBuffered:
                 self.roster.unanswered(node, "the SuperLink refused the query")
 
     def _on_identity(self, reply: Message) -> None:
-        node = self._identifying.pop(reply.metadata.reply_to_message_id)
-        if reply.has_error():
-            reason = f"error {reply.error.code}: {reply.error.reason}"
-            if reply.error.code in TRANSIENT_ERRORS:
-                self.roster.unanswered(node, reason)
-            else:
-                self.roster.refuse(node, reason)
-            return
-        try:
-            self.roster.identified(node, read_identity(reply.content))
-        except WireError as exc:
-            self.roster.refuse(node, f"malformed identity: {exc}")
+        self.roster.answer(self._identifying.pop(reply.metadata.reply_to_message_id), reply)

@@ -18,11 +18,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from thinwire.runtimes.flower.messages import Identity
+from flwr.app import Message
+from flwr.common.constant import ErrorCode
+
+from thinwire.runtimes.flower.messages import Identity, read_identity
+from thinwire.wire import WireError
 
 __all__ = ["Roster"]
 
 logger = logging.getLogger(__name__)
+
+
+TRANSIENT_ERRORS = frozenset(
+    {ErrorCode.MESSAGE_UNAVAILABLE, ErrorCode.REPLY_MESSAGE_UNAVAILABLE, ErrorCode.NODE_UNAVAILABLE}
+)
+"""Error codes of messages the SuperLink lost or expired, as opposed to a ClientApp's failure."""
 
 
 class Roster:
@@ -99,6 +109,26 @@ class Roster:
         previous = self._served_by.get(client)
         self._served_by[client] = node
         return client if previous is not None and previous != node else None
+
+    def answer(self, node: int, reply: Message) -> None:
+        """Records a node's reply (or error) to an identify query.
+
+        A message the SuperLink lost is asked again later; a ClientApp's error or a malformed
+        identity leaves the node out. A new node for a known client (a restarted host)
+        continues from the state in its state folder; one that has none answers StateLost
+        and is re-synchronized.
+        """
+        if reply.has_error():
+            reason = f"error {reply.error.code}: {reply.error.reason}"
+            if reply.error.code in TRANSIENT_ERRORS:
+                self.unanswered(node, reason)
+            else:
+                self.refuse(node, reason)
+            return
+        try:
+            self.identified(node, read_identity(reply.content))
+        except WireError as exc:
+            self.refuse(node, f"malformed identity: {exc}")
 
     def unanswered(self, node: int, reason: str) -> None:
         """Records that a node's identify query failed; it is asked again later."""

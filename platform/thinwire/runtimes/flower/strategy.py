@@ -38,7 +38,6 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
@@ -53,7 +52,6 @@ from thinwire.runtimes.flower.messages import (
     instruction,
     is_state_lost,
     read_evaluation,
-    read_identity,
     read_train_reply,
 )
 from thinwire.runtimes.flower.roster import Roster
@@ -64,11 +62,6 @@ from thinwire.wire import Kind, Update, WireError, encode
 __all__ = ["EvaluationOutcome", "QuorumError", "RoundOutcome", "StarStrategy"]
 
 logger = logging.getLogger(__name__)
-
-TRANSIENT_ERRORS = frozenset(
-    {ErrorCode.MESSAGE_UNAVAILABLE, ErrorCode.REPLY_MESSAGE_UNAVAILABLE, ErrorCode.NODE_UNAVAILABLE}
-)
-"""Error codes of messages the SuperLink lost or expired, as opposed to a ClientApp's failure."""
 
 
 class QuorumError(RuntimeError):
@@ -390,20 +383,8 @@ class StarStrategy(Strategy):
             self.roster.unanswered(node, "no answer within runtime.connect_timeout_s")
 
     def on_identity(self, node: int, reply: Message) -> None:
-        """Records a node's answer (or error) to an identify query."""
-        if reply.has_error():
-            reason = f"error {reply.error.code}: {reply.error.reason}"
-            if reply.error.code in TRANSIENT_ERRORS:
-                self.roster.unanswered(node, reason)
-            else:
-                self.roster.refuse(node, reason)
-            return
-        try:
-            # A new node for a known client (a restarted host) continues from the state in
-            # its state folder; one that has none answers StateLost and is re-synchronized.
-            self.roster.identified(node, read_identity(reply.content))
-        except WireError as exc:
-            self.roster.refuse(node, f"malformed identity: {exc}")
+        """Records a node's answer (or error) to an identify query (`Roster.answer`)."""
+        self.roster.answer(node, reply)
 
     def summary(self) -> None:
         """Logs the strategy's settings (Flower calls this when a run starts)."""
