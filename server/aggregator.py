@@ -58,7 +58,7 @@ from thinwire.server.rules import Contribution, build_rule
 from thinwire.server.steps import build_step
 from thinwire.wire import Kind, Update, WireError, client_id, decode, encode
 
-__all__ = ["Aggregator", "AggregatorState", "Receipt", "RoundResult"]
+__all__ = ["Aggregator", "AggregatorState", "Receipt", "RoundResult", "check_update"]
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +97,32 @@ class AggregatorState(NamedTuple):
     # never mutated, like every field here.
     stale: dict[str, dict[str, torch.Tensor]] = {}  # client (as str) -> last decoded update
     stale_examples: dict[str, float] = {}  # client (as str) -> example count of that update
+
+
+def check_update(
+    update: Update,
+    client: int,
+    round: int,
+    examples: Mapping[int, int] | None,
+    *,
+    max_examples: int,
+) -> None:
+    """Sender, round and claimed example count of a decoded update from `client`.
+
+    The claim may not exceed the client's true count where the runtime knows it
+    (`examples`, the simulator's), else `max_examples` (`aggregation.max_examples`).
+
+    Raises:
+        WireError: naming what does not match.
+    """
+    if update.sender != client_id(client):
+        raise WireError(f"sender {update.sender!r} does not match {client_id(client)!r}")
+    if update.round != round:
+        raise WireError(f"update is for round {update.round}, expected {round}")
+    claimed = update.metrics.get("num_examples", math.nan)
+    cap = examples[client] if examples is not None and client in examples else max_examples
+    if not 1 <= claimed <= cap:
+        raise WireError(f"metric num_examples must be in [1, {cap}], got {claimed}")
 
 
 class Aggregator:
@@ -242,20 +268,13 @@ class Aggregator:
         self._updates[client] = update
 
     def _check_update(self, client: int, update: Update) -> None:
-        """Sender, round and claimed example count of a decoded update."""
-        if update.sender != client_id(client):
-            raise WireError(f"sender {update.sender!r} does not match {client_id(client)!r}")
-        if update.round != self._round:
-            raise WireError(f"update is for round {update.round}, expected {self._round}")
-        examples = update.metrics.get("num_examples", math.nan)
-        cap = self._examples_cap(client)
-        if not 1 <= examples <= cap:
-            raise WireError(f"metric num_examples must be in [1, {cap}], got {examples}")
-
-    def _examples_cap(self, client: int) -> int:
-        if self.examples is not None and client in self.examples:
-            return self.examples[client]
-        return self.experiment.aggregation.max_examples
+        check_update(
+            update,
+            client,
+            self._round,
+            self.examples,
+            max_examples=self.experiment.aggregation.max_examples,
+        )
 
     def _decode(self, updates: Mapping[int, Update]) -> dict[int, Contribution]:
         """Each update decoded and bounded; a refused one is moved to `_rejected`."""

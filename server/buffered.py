@@ -51,7 +51,7 @@ from thinwire.config import (
 )
 from thinwire.learning import Evaluation, Workspace, evaluate
 from thinwire.registry import STALENESS
-from thinwire.server.aggregator import Receipt
+from thinwire.server.aggregator import Receipt, check_update
 from thinwire.server.rules import build_rule
 from thinwire.server.steps import build_step
 from thinwire.wire import Kind, Update, WireError, client_id, decode, encode
@@ -259,14 +259,13 @@ class BufferedServer:
 
     def _open(self, client: int, version: int, data: bytes) -> _Buffered:
         update = decode(data, self.uplink.wire_spec, kind=Kind.MODEL_DELTA)
-        if update.sender != client_id(client):
-            raise WireError(f"sender {update.sender!r} does not match {client_id(client)!r}")
-        if update.round != version + 1:
-            raise WireError(f"update is for round {update.round}, its task was {version + 1}")
-        examples = update.metrics.get("num_examples", math.nan)
-        cap = self._examples_cap(client)
-        if not 1 <= examples <= cap:
-            raise WireError(f"metric num_examples must be in [1, {cap}], got {examples}")
+        check_update(
+            update,
+            client,
+            version + 1,  # the round of its task
+            self.examples,
+            max_examples=self.experiment.aggregation.max_examples,
+        )
         check_forms(update.tensors, self.uplink.forms)
         bound = norm_bound(self.model, self.experiment.aggregation.max_norm_ratio)
         delta = open_payloads(self.uplink, update.tensors, self.workspace.device, max_norm=bound)
@@ -276,12 +275,9 @@ class BufferedServer:
             raise ValueError(f"staleness function gave {weight} for tau {tau}")
         if weight != 1.0:
             delta = {k: v * weight for k, v in delta.items()}
-        return _Buffered(Arrival(client, version, tau, weight), delta, examples)
-
-    def _examples_cap(self, client: int) -> int:
-        if self.examples is not None and client in self.examples:
-            return self.examples[client]
-        return self.experiment.aggregation.max_examples
+        return _Buffered(
+            Arrival(client, version, tau, weight), delta, update.metrics["num_examples"]
+        )
 
     def _refuse(self, client: int, reason: str) -> Receipt:
         self._rejected[client] = reason

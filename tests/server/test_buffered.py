@@ -129,7 +129,7 @@ def test_server_learning_rate_and_momentum_apply_to_the_buffered_mean():
     [
         ("not protobuf", "not an Update message"),
         ("wrong sender", "does not match 'client-0'"),
-        ("wrong round", "its task was 1"),
+        ("wrong round", "expected 1"),
         ("no examples", "num_examples"),
         ("not finite", "finite"),
         ("no task", "no task in flight"),
