@@ -40,10 +40,14 @@ from thinwire.codecs.lowrank import (
     p_step,
     q_step,
     reconstruct,
-    worth_compressing,
 )
 from thinwire.ddp.collectives import Group, Traffic, allreduce_, world_size
-from thinwire.ddp.powersgd import allreduce_uncompressed, split_flat
+from thinwire.ddp.powersgd import (
+    allreduce_uncompressed,
+    check_settings,
+    compressed_positions,
+    split_flat,
+)
 from thinwire.seeding import tensor_seed
 
 __all__ = ["ACPSGD", "ACPState", "acpsgd_allreduce"]
@@ -69,14 +73,7 @@ class ACPSGD:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.rank < 1:
-            raise ValueError(f"ACPSGD rank must be >= 1, got {self.rank}")
-        if self.min_compression_rate < 1.0:
-            raise ValueError(
-                f"ACPSGD min_compression_rate must be >= 1, got {self.min_compression_rate}"
-            )
-        if self.start_iter < 0:
-            raise ValueError(f"ACPSGD start_iter must be >= 0, got {self.start_iter}")
+        check_settings("ACPSGD", self.rank, self.min_compression_rate, self.start_iter)
 
 
 class ACPState(NamedTuple):
@@ -121,12 +118,13 @@ def acpsgd_allreduce(
         traffic: where the bytes are counted.
     """
     ranks = world_size(group)
-    compressed = [
-        i
-        for i, g in enumerate(grads)
-        if step >= config.start_iter
-        and worth_compressing(tuple(g.shape), config.rank, config.min_compression_rate)
-    ]
+    compressed = compressed_positions(
+        grads,
+        step,
+        rank=config.rank,
+        min_compression_rate=config.min_compression_rate,
+        start_iter=config.start_iter,
+    )
     out = allreduce_uncompressed(grads, set(compressed), group, traffic)
     if not compressed:
         return out, states

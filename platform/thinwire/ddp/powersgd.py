@@ -38,7 +38,14 @@ from thinwire.codecs.lowrank import (
 from thinwire.ddp.collectives import Group, Traffic, allreduce_, world_size
 from thinwire.seeding import tensor_seed, tensor_step_seed
 
-__all__ = ["PowerSGD", "allreduce_uncompressed", "powersgd_allreduce", "split_flat"]
+__all__ = [
+    "PowerSGD",
+    "allreduce_uncompressed",
+    "check_settings",
+    "compressed_positions",
+    "powersgd_allreduce",
+    "split_flat",
+]
 
 
 @dataclass(frozen=True)
@@ -69,14 +76,39 @@ class PowerSGD:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.rank < 1:
-            raise ValueError(f"PowerSGD rank must be >= 1, got {self.rank}")
-        if self.min_compression_rate < 1.0:
-            raise ValueError(
-                f"PowerSGD min_compression_rate must be >= 1, got {self.min_compression_rate}"
-            )
-        if self.start_iter < 0:
-            raise ValueError(f"PowerSGD start_iter must be >= 0, got {self.start_iter}")
+        check_settings("PowerSGD", self.rank, self.min_compression_rate, self.start_iter)
+
+
+def check_settings(name: str, rank: int, min_compression_rate: float, start_iter: int) -> None:
+    """Refuses a low-rank hook's settings that cannot work (`name` says whose they are)."""
+    if rank < 1:
+        raise ValueError(f"{name} rank must be >= 1, got {rank}")
+    if min_compression_rate < 1.0:
+        raise ValueError(f"{name} min_compression_rate must be >= 1, got {min_compression_rate}")
+    if start_iter < 0:
+        raise ValueError(f"{name} start_iter must be >= 0, got {start_iter}")
+
+
+def compressed_positions(
+    grads: Sequence[torch.Tensor],
+    step: int,
+    *,
+    rank: int,
+    min_compression_rate: float,
+    start_iter: int,
+) -> list[int]:
+    """Positions of the gradients a low-rank hook compresses at `step`.
+
+    None before `start_iter`; never a vector, nor a matrix whose rank-`rank` factors are not
+    `min_compression_rate` times smaller (`worth_compressing`).
+    """
+    if step < start_iter:
+        return []
+    return [
+        i
+        for i, g in enumerate(grads)
+        if worth_compressing(tuple(g.shape), rank, min_compression_rate)
+    ]
 
 
 def powersgd_allreduce(
@@ -100,12 +132,13 @@ def powersgd_allreduce(
         traffic: where the bytes are counted.
     """
     ranks = world_size(group)
-    compressed = [
-        i
-        for i, g in enumerate(grads)
-        if step >= config.start_iter
-        and worth_compressing(tuple(g.shape), config.rank, config.min_compression_rate)
-    ]
+    compressed = compressed_positions(
+        grads,
+        step,
+        rank=config.rank,
+        min_compression_rate=config.min_compression_rate,
+        start_iter=config.start_iter,
+    )
     out = allreduce_uncompressed(grads, set(compressed), group, traffic)
     if not compressed:
         return out, states
@@ -156,8 +189,8 @@ def allreduce_uncompressed(
 ) -> list[torch.Tensor]:
     """The mean over ranks of every gradient not in `compressed`, in one flat allreduce.
 
-    Returns a list over `grads` holding those means; compressed positions hold an empty
-    placeholder for the caller to fill.
+    Returns a list over `grads` holding those means; at a compressed position it holds an
+    empty tensor, which the caller replaces with that gradient's decompressed mean.
     """
     out: list[torch.Tensor] = [torch.empty(0)] * len(grads)
     plain = [i for i in range(len(grads)) if i not in compressed]
@@ -165,10 +198,8 @@ def allreduce_uncompressed(
         flat = torch.cat([grads[i].reshape(-1).float() for i in plain])
         allreduce_(flat, group, traffic)
         flat /= world_size(group)
-        offset = 0
-        for i in plain:
-            out[i] = flat[offset : offset + grads[i].numel()].view(grads[i].shape)
-            offset += grads[i].numel()
+        for i, mean in zip(plain, split_flat(flat, [grads[i].shape for i in plain]), strict=True):
+            out[i] = mean
     return out
 
 
