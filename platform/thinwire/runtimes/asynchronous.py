@@ -42,7 +42,7 @@ from collections.abc import Callable
 import torch
 
 from thinwire.channel import Channel
-from thinwire.clients import Client, ClientResult
+from thinwire.clients import Client, ClientResult, build_client
 from thinwire.config import BufferedAsync, Experiment
 from thinwire.learning import Federation
 from thinwire.metrics import RoundCounts, RoundRecord, round_record
@@ -107,7 +107,7 @@ def simulate_buffered(
         raise ValueError("simulate_buffered needs a `server: {kind: buffered_async}` section")
     workspace = federation.workspace
     clients = [
-        Client(index=i, experiment=experiment, x=x, y=y, workspace=workspace)
+        build_client(index=i, experiment=experiment, x=x, y=y, workspace=workspace)
         for i, (x, y) in enumerate(federation.all_client_data())
     ]
     server = BufferedServer(
