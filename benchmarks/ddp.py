@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import random
@@ -204,6 +205,7 @@ def worker(args: argparse.Namespace) -> None:
         if args.suite == "methods":
             results["_selection"] = selection_times(args.hidden)
         Path(args.out).write_text(json.dumps(results))
+    gc.collect()  # the DDP modules (and their hold on the group) go before the group does
     dist.destroy_process_group()
 
 

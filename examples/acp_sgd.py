@@ -15,6 +15,7 @@ rank put into collectives:
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import socket
 import tempfile
@@ -42,11 +43,27 @@ def data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def train(rank: int, method_name: str, rank_r: int, steps: int, port: int, out: str) -> None:
-    """One rank: synchronous SGD under DDP with the hook; rank 0 writes the result line."""
+    """One rank: joins the process group, fits, and leaves it; rank 0 writes the result line."""
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD
     )
+    try:
+        line = fit(rank, method_name, rank_r, steps)
+        if rank == 0:
+            with open(out, "w") as f:
+                f.write(line)
+        # The DDP module's reducer holds the process group and its gloo threads: collect it
+        # while the interpreter is whole, else they may be torn down during the process's
+        # exit, which gloo answers with an abort ("terminate called without an active
+        # exception").
+        gc.collect()
+    finally:
+        dist.destroy_process_group()
+
+
+def fit(rank: int, method_name: str, rank_r: int, steps: int) -> str:
+    """Synchronous SGD under DDP with the hook; the test accuracy and bytes, as one line."""
     torch.manual_seed(0)  # the same initial model on every rank
     model = DistributedDataParallel(
         nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
@@ -63,16 +80,13 @@ def train(rank: int, method_name: str, rank_r: int, steps: int, port: int, out: 
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    if rank == 0:
-        with torch.no_grad():
-            accuracy = float((model(x_test).argmax(1) == y_test).float().mean())
-        stats = hook.stats()
-        with open(out, "w") as f:
-            f.write(
-                f"{method_name:9s} rank {rank_r}: test accuracy {accuracy:.3f}, "
-                f"{stats.payload_bytes} payload bytes per rank in {stats.steps} steps"
-            )
-    dist.destroy_process_group()
+    with torch.no_grad():
+        accuracy = float((model(x_test).argmax(1) == y_test).float().mean())
+    stats = hook.stats()
+    return (
+        f"{method_name:9s} rank {rank_r}: test accuracy {accuracy:.3f}, "
+        f"{stats.payload_bytes} payload bytes per rank in {stats.steps} steps"
+    )
 
 
 def free_port() -> int:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import gc
 import math
 import os
 import socket
@@ -230,6 +231,18 @@ def _init(experiment: Experiment, init_method: str, rank: int, world: int) -> No
     )
 
 
+def _leave() -> None:
+    """Leaves the process group once nothing of this rank's run holds it any more.
+
+    Whatever still references the group (a pending work handle, a DDP reducer in a reference
+    cycle) is collected first, while the interpreter is whole: torn down during the
+    process's exit instead, gloo's threads abort it ("terminate called without an active
+    exception") after a run that succeeded.
+    """
+    gc.collect()
+    dist.destroy_process_group()
+
+
 def _spawned(rank: int, raw: dict[str, Any], world: int, init_method: str, run_dir: str) -> None:
     experiment = _on_local_gpu(Experiment.model_validate(raw), rank)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
@@ -237,7 +250,7 @@ def _spawned(rank: int, raw: dict[str, Any], world: int, init_method: str, run_d
     try:
         run_rank(experiment, run_dir=Path(run_dir))
     finally:
-        dist.destroy_process_group()
+        _leave()
 
 
 def _free_port(address: str) -> int:
@@ -310,4 +323,4 @@ def run_torchrun_rank(experiment: Experiment) -> RankResult:
     try:
         return run_rank(experiment)
     finally:
-        dist.destroy_process_group()
+        _leave()
