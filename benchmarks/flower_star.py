@@ -15,6 +15,7 @@ Flower's count of the bytes its SuperLink moved (`flwr ls`), headers included.
 
     python benchmarks/flower_star.py                     # the full table (about 15 min)
     python benchmarks/flower_star.py --sizes 1M --no-shaped --rounds 3
+    python benchmarks/flower_star.py --sizes 10M --repeats 3   # medians of interleaved passes
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -294,8 +296,10 @@ def flwr_json(env: dict[str, str], *args: str) -> Any:
 # --------------------------------------------------------------------------- one run
 
 
-def run_once(size: str, scheme: str, rounds: int, shaped: bool, work: Path) -> dict[str, Any]:
-    folder = work / f"{scheme}-{size}-{'shaped' if shaped else 'loopback'}"
+def run_once(
+    size: str, scheme: str, rounds: int, shaped: bool, work: Path, repeat: int
+) -> dict[str, Any]:
+    folder = work / f"{scheme}-{size}-{'shaped' if shaped else 'loopback'}-{repeat}"
     (folder / "logs").mkdir(parents=True)
     env = flower_environment(
         {
@@ -374,7 +378,18 @@ def run_once(size: str, scheme: str, rounds: int, shaped: bool, work: Path) -> d
         "wire_mb_per_round": traffic["total-bytes"] / rounds / 1e6,
         "submit_to_end_s": total,
         "times": times,
+        "load": os.getloadavg()[0],
     }
+
+
+def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One scheme's row over its passes: the median of their later-round times."""
+    row = dict(runs[0])
+    row["round_s"] = statistics.median(r["round_s"] for r in runs)
+    row["round_1_s"] = statistics.median(r["round_1_s"] for r in runs)
+    row["rounds_per_min"] = 60 / row["round_s"]
+    row["passes"] = runs
+    return row
 
 
 def shaping_works() -> str | None:
@@ -434,6 +449,12 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--schemes", nargs="+", default=["fedavg", "topk-up", "topk-both"])
     parser.add_argument("--shaped", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="passes over the schemes, interleaved; each row is the median pass",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args()
 
@@ -449,17 +470,23 @@ def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
     for shaped in networks:
         for size in args.sizes:
-            for scheme in args.schemes:
-                network = "shaped" if shaped else "loopback"
-                print(f"running {scheme} {size} {network} ...", flush=True)
-                rows.append(run_once(size, scheme, args.rounds, shaped, work))
-                times = [round(t, 2) for t in rows[-1]["times"]]
-                print(f"  round times (s): {times}", flush=True)
+            passes: dict[str, list[dict[str, Any]]] = {scheme: [] for scheme in args.schemes}
+            for repeat in range(args.repeats):  # the schemes interleaved: load drifts evenly
+                for scheme in args.schemes:
+                    network = "shaped" if shaped else "loopback"
+                    print(f"running {scheme} {size} {network} (pass {repeat + 1}) ...", flush=True)
+                    run = run_once(size, scheme, args.rounds, shaped, work, repeat)
+                    passes[scheme].append(run)
+                    times = [round(t, 2) for t in run["times"]]
+                    print(f"  round times (s): {times}, load {run['load']:.1f}", flush=True)
+            rows.extend(median_row(runs) for runs in passes.values())
     print()
     sizes = ", ".join(f"{s} = {parameters(s):,}" for s in args.sizes)
     print(
         f"3 clients, MLP on digits ({sizes} parameters), {args.rounds} rounds, 2 local steps; "
-        f"round s and rounds/min over rounds 2..{args.rounds}"
+        f"round s and rounds/min over rounds 2..{args.rounds}, median of {args.repeats} "
+        f"interleaved pass(es); load (1 min) {min(r['load'] for r in rows):.1f}.."
+        f"{max(r['load'] for r in rows):.1f}"
     )
     print(table(rows))
     args.out.mkdir(parents=True, exist_ok=True)

@@ -239,8 +239,7 @@ class Client:
 
         stats, ledger = self._train(view, round, state.privacy)
         spent = self.trainer.spent(ledger)
-        local = self.workspace.tensors()
-        fresh = {k: local[k] - view[k] for k in view}
+        fresh = self.workspace.delta(view)
         update = {k: fresh[k] + carry[k] if k in carry else fresh[k] for k in fresh}
 
         decision, policy_state = self.policy.decide(

@@ -133,9 +133,8 @@ class VoteClient(Client):
         residual = self._residual(delivered)
         view, mask = self._open_downlink(downlink, round)
         stats, ledger = self._train(view, round, state.privacy)
-        local = self.workspace.tensors()
         spec = self.workspace.spec
-        a = flatten_model({k: local[k] - view[k] for k in view}, spec) + residual
+        a = flatten_model(self.workspace.delta(view), spec) + residual
         metrics = {"num_examples": float(self.x.shape[0]), "train_loss": stats.loss}
         tensors = {}
         sent = torch.zeros(self.d, dtype=torch.bool, device=a.device)

@@ -5,6 +5,7 @@ import torch
 
 from thinwire.codecs.model import FLAT_NAME, ModelCodec
 from thinwire.config import CodecConfig
+from thinwire.learning import unflatten
 from thinwire.wire import Kind, TensorSpec, Update, decode, encode
 
 SPEC = [TensorSpec("layer.weight", (8, 16)), TensorSpec("layer.bias", (8,))]
@@ -63,6 +64,40 @@ def test_payloads_survive_the_wire(scope):
     direct = codec.decode(payloads, torch.device("cpu"))
     via_wire = codec.decode(received, torch.device("cpu"))
     assert all(torch.equal(direct[name], via_wire[name]) for name in direct)
+
+
+def test_model_scope_reads_back_to_back_tensors_without_a_copy():
+    # A client's update lies back to back in one buffer (`model_delta`): its flat vector is
+    # a view, and the dense payload holds that buffer itself.
+    codec = ModelCodec(config("model"), SPEC, seed=0)
+    buffer = torch.randn(sum(s.numel for s in SPEC))
+    x = unflatten(buffer, tensors())
+    payloads, _ = codec.encode(x, codec.init(x))
+    assert payloads[FLAT_NAME].values.data.data_ptr() == buffer.data_ptr()
+
+
+@pytest.mark.parametrize(
+    "layout",
+    ["separate", "reversed in one buffer", "with a gap", "non-contiguous"],
+)
+def test_model_scope_copies_tensors_that_are_not_its_flat_vector(layout):
+    codec = ModelCodec(config("model", select={"kind": "topk", "density": 0.25}), SPEC, seed=0)
+    x = tensors()
+    n_w, n_b = (s.numel for s in SPEC)
+    if layout == "reversed in one buffer":
+        buffer = torch.cat([x["layer.bias"], x["layer.weight"].reshape(-1)])
+        x = {"layer.weight": buffer[n_b:].view(8, 16), "layer.bias": buffer[:n_b]}
+    elif layout == "with a gap":
+        buffer = torch.cat([x["layer.weight"].reshape(-1), torch.zeros(1), x["layer.bias"]])
+        x = {"layer.weight": buffer[:n_w].view(8, 16), "layer.bias": buffer[n_w + 1 :]}
+    elif layout == "non-contiguous":
+        x = {"layer.weight": x["layer.weight"].t().contiguous().t(), "layer.bias": x["layer.bias"]}
+    copies = {k: v.clone() for k, v in x.items()}
+    payloads, _ = codec.encode(x, codec.init(x))
+    expected, _ = codec.encode(copies, codec.init(copies))
+    assert encode(Update("c", 1, Kind.MODEL_DELTA, payloads)) == encode(
+        Update("c", 1, Kind.MODEL_DELTA, expected)
+    )
 
 
 def test_tensors_of_a_model_draw_independent_seeds():

@@ -7,6 +7,7 @@ from thinwire.learning import (
     build_model,
     flatten,
     load_model_state,
+    model_delta,
     model_state,
     state_delta,
     tensor_specs,
@@ -109,6 +110,52 @@ def test_delta_of_states_of_different_models_is_an_error():
         state_delta({"w": torch.zeros(1)}, {"v": torch.zeros(1)})
     with pytest.raises(ValueError, match=r"w: shape \(2,\) vs \(1,\)"):
         state_delta({"w": torch.zeros(2)}, {"w": torch.zeros(1)})
+
+
+def test_model_delta_equals_the_delta_of_a_copy_bit_for_bit():
+    model = _bn_net()
+    base = {k: v + 0.25 * torch.randn_like(v) for k, v in model_state(model).items()}
+    expected = state_delta(model_state(model), base)
+    delta = model_delta(model, base)
+    assert list(delta) == list(expected)
+    assert all(torch.equal(delta[k], expected[k]) for k in expected)
+
+
+def test_model_delta_lies_back_to_back_in_one_buffer():
+    # A model-scope codec reads this layout's flat vector without concatenating a copy.
+    model = _bn_net()
+    delta = model_delta(model, model_state(model))
+    tensors = list(delta.values())
+    storage = tensors[0].untyped_storage().data_ptr()
+    assert all(t.untyped_storage().data_ptr() == storage for t in tensors)
+    offsets = [t.storage_offset() for t in tensors]
+    assert offsets == [sum(t.numel() for t in tensors[:i]) for i in range(len(tensors))]
+
+
+def test_model_delta_does_not_alias_the_model():
+    model = nn.Linear(3, 2)
+    delta = model_delta(model, model_state(model))
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    assert torch.equal(delta["weight"], torch.zeros(2, 3))
+
+
+def test_model_delta_of_mixed_dtypes_keeps_each_promotion():
+    # bf16 parameters minus an fp32 base: fp32, as `state_delta` of a bf16 copy gives.
+    model = nn.Linear(3, 2)
+    model.bias.data = model.bias.data.to(torch.bfloat16)
+    base = {k: torch.zeros(v.shape) for k, v in model_state(model).items()}
+    expected = state_delta(model_state(model), base)
+    delta = model_delta(model, base)
+    assert all(torch.equal(delta[k], expected[k]) for k in expected)
+    assert {t.dtype for t in delta.values()} == {torch.float32}
+
+
+def test_model_delta_against_another_architecture_is_an_error():
+    with pytest.raises(ValueError, match="different tensors"):
+        model_delta(nn.Linear(3, 2), {"w": torch.zeros(1)})
+    with pytest.raises(ValueError, match=r"weight: shape \(2, 3\) vs \(3, 2\)"):
+        model_delta(nn.Linear(3, 2), {"weight": torch.zeros(3, 2), "bias": torch.zeros(2)})
 
 
 def test_tensor_specs_name_each_tensor_and_its_shape():

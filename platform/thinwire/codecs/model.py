@@ -74,7 +74,11 @@ class ModelCodec:
     def _inputs(self, tensors: Tensors) -> dict[str, torch.Tensor]:
         if self.scope == "tensor":
             return {s.name: tensors[s.name] for s in self.spec}
-        return {FLAT_NAME: torch.cat([tensors[s.name].reshape(-1) for s in self.spec])}
+        ordered = [tensors[s.name] for s in self.spec]
+        flat = _joined(ordered)
+        if flat is None:
+            flat = torch.cat([x.reshape(-1) for x in ordered])
+        return {FLAT_NAME: flat}
 
     def init(self, template: Tensors) -> dict[str, Any]:
         """Fresh codec state for tensors like `template` (on their device)."""
@@ -111,3 +115,25 @@ class ModelCodec:
             out[s.name] = flat[offset : offset + s.numel].reshape(s.shape)
             offset += s.numel
         return out
+
+
+def _joined(tensors: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """The flat vector `tensors` already form back to back in one buffer, as a view; else None.
+
+    A client's update is laid out so (`thinwire.learning.model_delta`): the model-scope
+    codec then reads it without a model-sized copy.
+    """
+    first = tensors[0]
+    storage = first.untyped_storage().data_ptr()
+    offset = first.storage_offset()
+    for x in tensors:
+        if (
+            x.dtype != first.dtype
+            or x.device != first.device
+            or not x.is_contiguous()
+            or x.untyped_storage().data_ptr() != storage
+            or x.storage_offset() != offset
+        ):
+            return None
+        offset += x.numel()
+    return first.as_strided((offset - first.storage_offset(),), (1,))

@@ -8,7 +8,8 @@
   built from `make_optimizer`, `batch_indices` and `train_steps` for other trainers to reuse;
   `train_private` is the DP-SGD trainer built from them (`thinwire.privacy`).
 - `Trainer` / `local_sgd` / `private`: a role's trainer as a value; DP-SGD wraps it.
-- `model_state` / `flatten` / `state_delta`: the named tensors that travel, and their flat form.
+- `model_state` / `flatten` / `state_delta` / `model_delta`: the named tensors that travel, and
+  their flat form.
 - `Workspace` / `load_federation`: one model on a device shared by a process's roles, and
   a run's data, partitions and initial model set up from its config.
 - `save_model` / `load_saved_model`: a run's final model in its run folder, and back.
@@ -33,6 +34,7 @@ from thinwire.learning.model_state import (
     ModelState,
     flatten,
     load_model_state,
+    model_delta,
     model_state,
     state_delta,
     tensor_specs,
@@ -78,6 +80,7 @@ __all__ = [
     "load_dataset",
     "load_federation",
     "load_model_state",
+    "model_delta",
     "load_saved_model",
     "local_sgd",
     "local_steps_for",

@@ -35,6 +35,7 @@ __all__ = [
     "ModelState",
     "flatten",
     "load_model_state",
+    "model_delta",
     "model_state",
     "state_delta",
     "tensor_specs",
@@ -133,6 +134,36 @@ def state_delta(
         if tensor.shape != before[name].shape:
             raise ValueError(f"{name}: shape {tuple(tensor.shape)} vs {tuple(before[name].shape)}")
         delta[name] = tensor - before[name]
+    return delta
+
+
+def model_delta(model: nn.Module, base: Mapping[str, torch.Tensor]) -> ModelState:
+    """Returns the model's travelling tensors minus `base` (a client's update after training).
+
+    Bit for bit `state_delta(model_state(model), base)`, without that copy of the model. The
+    differences lie back to back in one flat buffer, in order, so a model-scope codec reads
+    their flat vector as a view instead of concatenating a copy (`ModelCodec`): at 100M
+    parameters each of those copies is 381 MiB of a client's peak.
+
+    Raises:
+        ValueError: `base` does not name the model's tensors in order with their shapes.
+    """
+    live = {name: tensor.detach() for name, tensor in _travelling(model).items()}
+    if list(live) != list(base):
+        raise ValueError(f"states name different tensors: {list(live)} vs {list(base)}")
+    for name, tensor in live.items():
+        if tensor.shape != base[name].shape:
+            raise ValueError(f"{name}: shape {tuple(tensor.shape)} vs {tuple(base[name].shape)}")
+    dtypes = {torch.result_type(tensor, base[name]) for name, tensor in live.items()}
+    devices = {tensor.device for tensor in (*live.values(), *base.values())}
+    if len(dtypes) != 1 or len(devices) != 1:  # no one buffer holds them all
+        return {name: tensor - base[name] for name, tensor in live.items()}
+    flat = torch.empty(
+        sum(t.numel() for t in live.values()), dtype=dtypes.pop(), device=devices.pop()
+    )
+    delta = unflatten(flat, base)
+    for name, tensor in live.items():
+        torch.sub(tensor, base[name], out=delta[name])
     return delta
 
 

@@ -12,7 +12,13 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from thinwire.learning.model_state import ModelState, load_model_state, model_state, tensor_specs
+from thinwire.learning.model_state import (
+    ModelState,
+    load_model_state,
+    model_delta,
+    model_state,
+    tensor_specs,
+)
 from thinwire.wire.payload import TensorSpec
 
 __all__ = ["Workspace"]
@@ -29,6 +35,10 @@ class Workspace:
     def tensors(self) -> ModelState:
         """Copies of the model's travelling tensors (parameters and float buffers)."""
         return model_state(self.model)
+
+    def delta(self, base: Mapping[str, torch.Tensor]) -> ModelState:
+        """The model's travelling tensors minus `base`, without a copy of it (`model_delta`)."""
+        return model_delta(self.model, base)
 
     def load(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Writes named tensors into the model (names and shapes must match)."""
