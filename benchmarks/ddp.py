@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import gc
 import json
 import os
 import random
@@ -50,7 +49,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from torch.nn.parallel import DistributedDataParallel
 
 from thinwire.codecs.selection import exact_top_k, sampled_top_k_indices
-from thinwire.ddp import OkTopk, PowerSGD, register
+from thinwire.ddp import OkTopk, PowerSGD, leave_process_group, register
 
 DENSITY = 0.01
 TOPK = {"select": {"kind": "topk", "density": DENSITY}, "error_feedback": True}
@@ -205,8 +204,7 @@ def worker(args: argparse.Namespace) -> None:
         if args.suite == "methods":
             results["_selection"] = selection_times(args.hidden)
         Path(args.out).write_text(json.dumps(results))
-    gc.collect()  # the DDP modules (and their hold on the group) go before the group does
-    dist.destroy_process_group()
+    leave_process_group()
 
 
 def _ip(*args: str) -> None:

@@ -481,12 +481,12 @@ def main() -> None:
                     print(f"  round times (s): {times}, load {run['load']:.1f}", flush=True)
             rows.extend(median_row(runs) for runs in passes.values())
     print()
+    loads = [run["load"] for row in rows for run in row["passes"]]
     sizes = ", ".join(f"{s} = {parameters(s):,}" for s in args.sizes)
     print(
         f"3 clients, MLP on digits ({sizes} parameters), {args.rounds} rounds, 2 local steps; "
         f"round s and rounds/min over rounds 2..{args.rounds}, median of {args.repeats} "
-        f"interleaved pass(es); load (1 min) {min(r['load'] for r in rows):.1f}.."
-        f"{max(r['load'] for r in rows):.1f}"
+        f"interleaved pass(es); load (1 min) {min(loads):.1f}..{max(loads):.1f}"
     )
     print(table(rows))
     args.out.mkdir(parents=True, exist_ok=True)

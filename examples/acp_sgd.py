@@ -15,7 +15,6 @@ rank put into collectives:
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import socket
 import tempfile
@@ -49,17 +48,12 @@ def train(rank: int, method_name: str, rank_r: int, steps: int, port: int, out: 
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD
     )
     try:
-        line = fit(rank, method_name, rank_r, steps)
+        line = fit(rank, method_name, rank_r, steps)  # the DDP module lives in fit alone
         if rank == 0:
             with open(out, "w") as f:
                 f.write(line)
-        # The DDP module's reducer holds the process group and its gloo threads: collect it
-        # while the interpreter is whole, else they may be torn down during the process's
-        # exit, which gloo answers with an abort ("terminate called without an active
-        # exception").
-        gc.collect()
     finally:
-        dist.destroy_process_group()
+        thinwire.ddp.leave_process_group()  # collects what holds the group, then leaves
 
 
 def fit(rank: int, method_name: str, rank_r: int, steps: int) -> str:

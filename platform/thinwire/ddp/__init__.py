@@ -4,6 +4,7 @@
   bucket with a thinwire codec, `PowerSGD`, `ACPSGD` or `OkTopk`, and exchanges it with the
   collective that suits it (allreduce, all-gather of serialized payloads, ACP-SGD's and
   PowerSGD's factor allreduces, Ok-Topk's sparse allreduce).
+- `leave_process_group()`: the end of a rank, safe with a DDP module still about.
 - `thinwire.runtimes.ddp`: the `runtime: {kind: ddp}` experiment runtime behind
   `thinwire ddp exp.yaml --nproc N` (imported on demand; it pulls in the star's roles).
 
@@ -14,7 +15,7 @@ Example::
 """
 
 from thinwire.ddp.acpsgd import ACPSGD
-from thinwire.ddp.collectives import Traffic
+from thinwire.ddp.collectives import Traffic, leave_process_group
 from thinwire.ddp.hook import HookState, HookStats, Method, register
 from thinwire.ddp.oktopk import OkTopk, OkTopkState
 from thinwire.ddp.powersgd import PowerSGD
@@ -28,5 +29,6 @@ __all__ = [
     "OkTopkState",
     "PowerSGD",
     "Traffic",
+    "leave_process_group",
     "register",
 ]

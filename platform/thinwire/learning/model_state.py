@@ -127,14 +127,17 @@ def state_delta(
     Raises:
         ValueError: the two states do not have the same names in the same order and shapes.
     """
-    if list(after) != list(before):
-        raise ValueError(f"states name different tensors: {list(after)} vs {list(before)}")
-    delta: ModelState = {}
-    for name, tensor in after.items():
-        if tensor.shape != before[name].shape:
-            raise ValueError(f"{name}: shape {tuple(tensor.shape)} vs {tuple(before[name].shape)}")
-        delta[name] = tensor - before[name]
-    return delta
+    _check_alike(after, before)
+    return {name: tensor - before[name] for name, tensor in after.items()}
+
+
+def _check_alike(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> None:
+    """Raises ValueError unless `a` and `b` name the same tensors, in order, shaped alike."""
+    if list(a) != list(b):
+        raise ValueError(f"states name different tensors: {list(a)} vs {list(b)}")
+    for name, tensor in a.items():
+        if tensor.shape != b[name].shape:
+            raise ValueError(f"{name}: shape {tuple(tensor.shape)} vs {tuple(b[name].shape)}")
 
 
 def model_delta(model: nn.Module, base: Mapping[str, torch.Tensor]) -> ModelState:
@@ -149,11 +152,7 @@ def model_delta(model: nn.Module, base: Mapping[str, torch.Tensor]) -> ModelStat
         ValueError: `base` does not name the model's tensors in order with their shapes.
     """
     live = {name: tensor.detach() for name, tensor in _travelling(model).items()}
-    if list(live) != list(base):
-        raise ValueError(f"states name different tensors: {list(live)} vs {list(base)}")
-    for name, tensor in live.items():
-        if tensor.shape != base[name].shape:
-            raise ValueError(f"{name}: shape {tuple(tensor.shape)} vs {tuple(base[name].shape)}")
+    _check_alike(live, base)
     dtypes = {torch.result_type(tensor, base[name]) for name, tensor in live.items()}
     devices = {tensor.device for tensor in (*live.values(), *base.values())}
     if len(dtypes) != 1 or len(devices) != 1:  # no one buffer holds them all

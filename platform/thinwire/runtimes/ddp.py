@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import gc
 import math
 import os
 import socket
@@ -52,6 +51,7 @@ from thinwire.ddp.collectives import (
     all_gather_bytes,
     all_gather_tensors,
     gathered_overhead,
+    leave_process_group,
 )
 from thinwire.learning import load_federation
 from thinwire.metrics import (
@@ -231,18 +231,6 @@ def _init(experiment: Experiment, init_method: str, rank: int, world: int) -> No
     )
 
 
-def _leave() -> None:
-    """Leaves the process group once nothing of this rank's run holds it any more.
-
-    Whatever still references the group (a pending work handle, a DDP reducer in a reference
-    cycle) is collected first, while the interpreter is whole: torn down during the
-    process's exit instead, gloo's threads abort it ("terminate called without an active
-    exception") after a run that succeeded.
-    """
-    gc.collect()
-    dist.destroy_process_group()
-
-
 def _spawned(rank: int, raw: dict[str, Any], world: int, init_method: str, run_dir: str) -> None:
     experiment = _on_local_gpu(Experiment.model_validate(raw), rank)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
@@ -250,7 +238,7 @@ def _spawned(rank: int, raw: dict[str, Any], world: int, init_method: str, run_d
     try:
         run_rank(experiment, run_dir=Path(run_dir))
     finally:
-        _leave()
+        leave_process_group()
 
 
 def _free_port(address: str) -> int:
@@ -323,4 +311,4 @@ def run_torchrun_rank(experiment: Experiment) -> RankResult:
     try:
         return run_rank(experiment)
     finally:
-        _leave()
+        leave_process_group()
