@@ -17,6 +17,10 @@ are timed, in alternating fresh processes so that both see the same load:
   (`thinwire.runtimes.flower.partition`), then a blank model (no initial weights drawn: the
   downlink overwrites them).
 
+A third way runs the real ClientApp the way `thinwire client` does: one long-lived process
+(under `thinwire.runtimes.flower.clientapp_executor.executor_task`) trains round 1 and then
+round 2 with the client and its state kept in memory, saving the state after the reply.
+
 A separate process first trains round 1 and writes the client's state, the cache and the
 round-2 downlink, so none of that warms the measured processes. For comparison the script
 also times what keeping the same state in Flower's `context.state` cost before (flattening it
@@ -59,7 +63,9 @@ x, y = federation.client_data(0)
 client = Client(index=0, experiment=exp, x=x, y=y, workspace=federation.workspace)
 server = Aggregator(experiment=exp, workspace=federation.workspace,
                     initial=federation.workspace.tensors())
-result = client.train_round(server.broadcast(1, [0])[0], 1, delivered=None)
+first = server.broadcast(1, [0])[0]
+(folder / "downlink-1.bin").write_bytes(first)
+result = client.train_round(first, 1, delivered=None)
 StateStore(folder, experiment=state_key(exp), partition=0, keep=2).save(client.state, 1)
 server.receive(0, result.data); server.finish_round()
 (folder / "downlink-2.bin").write_bytes(server.broadcast(2, [0])[0])
@@ -124,6 +130,48 @@ print(json.dumps({"marks": marks, "state_bytes": size, "update_bytes": len(resul
                   "heavy": heavy, "model_bytes": model_bytes}))
 """
 
+KEPT = r"""
+import json, sys, time, uuid
+def hwm():
+    status = open("/proc/self/status").read().splitlines()
+    return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+marks = [("start", time.perf_counter(), hwm())]
+def mark(name): marks.append((name, time.perf_counter(), hwm()))
+raw, folder = json.loads(sys.argv[1]), sys.argv[2]
+from pathlib import Path
+import yaml
+from flwr.app import Context, Message, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+from thinwire.runtimes.flower.client_app import app
+from thinwire.runtimes.flower.clientapp_executor import executor_task
+from thinwire.runtimes.flower.messages import TRAIN, instruction, read_train_reply
+mark("start the executor (imports; once per node)")
+TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 0
+ctx = Context(run_id=1, node_id=1, state=RecordDict(), run_config={
+    "experiment": yaml.safe_dump(raw), "run-dir": "", "resume": ""},
+    node_config={"partition-id": 0, "num-partitions": 3, "state-dir": folder})
+def send(round, state_round, delivered):
+    downlink = (Path(folder) / f"downlink-{round}.bin").read_bytes()
+    sent = Message(instruction(downlink, round, delivered, state_round), 1, TRAIN)
+    sent.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+    with executor_task() as deferred:
+        reply = app(sent, ctx)
+    assert not reply.has_error(), reply.error
+    return read_train_reply(reply.content), deferred
+_, deferred = send(1, 0, None)
+for work in deferred:
+    work()
+mark("round 1 (build the client, train, save; once per run)")
+got, deferred = send(2, 1, True)
+mark("round 2: kept client and state, train + encode (the reply)")
+for work in deferred:
+    work()
+mark("round 2: save state, after the reply")
+model_bytes = 4 * raw["model"]["hidden"][0] * (64 + 1 + 10) + 40
+print(json.dumps({"marks": marks, "update_bytes": len(got.update or b""),
+                  "model_bytes": model_bytes}))
+"""
+
 MODES = ("rebuilt", "cached")
 
 
@@ -165,6 +213,7 @@ def main() -> None:
     phases: dict[str, dict[str, list[float]]] = {mode: {} for mode in MODES}
     peaks: dict[str, list[float]] = {}  # the cached mode's peak RSS at each phase's end, KiB
     report: dict[str, int] = {}
+    kept: dict[str, list[tuple[float, float]]] = {}  # phase: (seconds, peak KiB) per process
     with tempfile.TemporaryDirectory() as folder:
         _run(SETUP, json.dumps(raw), folder)
         for _ in range(args.repeats):
@@ -175,6 +224,12 @@ def main() -> None:
                     phases[mode].setdefault(name, []).append(after - before)
                     if mode == "cached":
                         peaks.setdefault(name, []).append(peak)
+            with tempfile.TemporaryDirectory() as node:  # a node of its own: no state kept yet
+                for name in ("downlink-1.bin", "downlink-2.bin"):
+                    (Path(node) / name).write_bytes((Path(folder) / name).read_bytes())
+                marks = json.loads(_run(KEPT, json.dumps(raw), node).splitlines()[-1])["marks"]
+            for (_, before, _), (name, after, peak) in zip(marks, marks[1:], strict=False):
+                kept.setdefault(name, []).append((after - before, peak))
     table = Table(
         title=f"one ClientApp train message, MLP [{args.hidden}] on digits "
         f"(median of {args.repeats} fresh processes each)"
@@ -198,6 +253,21 @@ def main() -> None:
     table.add_row("message total", *(f"{t:.2f}" for t in message))
     console = Console()
     console.print(table)
+    under = Table(
+        title="the same client under the ClientAppExecutor (`thinwire client`): one long-lived "
+        f"process, the real ClientApp (median of {args.repeats})"
+    )
+    under.add_column("phase")
+    under.add_column("kept (s)", justify="right")
+    under.add_column("peak RSS so far (x model)", justify="right")
+    for name, values in kept.items():
+        peak = statistics.median(p for _, p in values)
+        under.add_row(
+            name,
+            f"{statistics.median(t for t, _ in values):.2f}",
+            f"{peak / 2**10:.0f} MiB ({peak / model_kib:.1f}x)",
+        )
+    console.print(under)
     console.print(f"heavy modules the last measured process imported: {report['heavy'] or 'none'}")
     console.print(
         f"state kept per client: {report['state_bytes'] / 1e6:.1f} MB; "

@@ -1,15 +1,18 @@
 """Peak memory of every process of a thinwire star on real Flower 1.42 processes.
 
-Three clients train an MLP [h, h] on digits (`--size`: 100M parameters by default) for one
-round, top-1% with error feedback both ways, on loopback. While the run lasts, every process
-of the deployment (SuperLink, SuperNodes, SuperExecs, the per-message ClientApp processes,
-the ServerApp that runs thinwire's server, and `thinwire server`, which submits the run) is
+Three clients train an MLP [h, h] on digits (`--size`: 100M parameters by default) for
+`--rounds` rounds (round 2 is the steady state: compressed deltas both ways), top-1% with
+error feedback both ways, on loopback. The clients are `thinwire client` SuperNodes, each
+with its ClientApp executor (one long-lived process per node); `--fresh-process` gives them
+Flower's fresh ClientApp process per message instead. While the run lasts, every process
+of the deployment (SuperLink, SuperNodes, SuperExecs, the ClientApp processes, the
+ServerApp that runs thinwire's server, and `thinwire server`, which submits the run) is
 polled every `--poll` seconds for its peak resident set
 (`VmHWM` in /proc/<pid>/status), and the table reports the largest peak per kind of process
 against the model's own size (parameters x 4 bytes). VmHWM never decreases, so a poll misses
 at most what a process adds in its last `--poll` seconds before it exits.
 
-    python benchmarks/flower_memory.py [--size 100M] [--poll 0.2] [--timeout 1800]
+    python benchmarks/flower_memory.py [--size 100M] [--rounds 2] [--fresh-process]
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from flower_star import (
     flwr_json,
     free_port,
     healthy,
+    thinwire_client,
     wait_for,
 )
 
@@ -39,13 +43,14 @@ from thinwire.config import parse_config
 from thinwire.runtimes.flower.deploy import (
     flower_environment,
     superlink_command,
-    supernode_command,
     write_connection,
 )
 
 SIZES = {"10M": 3125, "100M": 9962}  # hidden width h of an MLP [h, h] on 8x8 digits
 KINDS = (  # (what a command line contains, the kind reported), first match wins
     ("flwr-clientapp", "ClientApp (per message)"),
+    ("clientapp_executor", "ClientApp executor (per node)"),
+    ("thinwire client", "thinwire client (supervisor)"),
     ("flwr-serverapp", "ServerApp"),
     ("flower-superexec", "SuperExec"),
     ("flower-superlink", "SuperLink"),
@@ -125,9 +130,9 @@ class PeakWatcher:
 
 
 def run(
-    hidden: int, poll_s: float, timeout_s: float, work: Path
+    hidden: int, rounds: int, fresh: bool, poll_s: float, timeout_s: float, work: Path
 ) -> tuple[dict[str, tuple[int, int]], str]:
-    """Peak KiB (largest, and how many processes) per kind of process in a one-round run,
+    """Peak KiB (largest, and how many processes) per kind of process in the run,
     and how the run ended (a run cut off by `timeout_s` reports the peaks seen until then)."""
     (work / "logs").mkdir(parents=True, exist_ok=True)
     env = flower_environment(
@@ -145,7 +150,13 @@ def run(
         "seed": 0,
         "data": {"dataset": "digits", "clients": CLIENTS},
         "model": {"kind": "mlp", "hidden": [hidden, hidden]},
-        "train": {"rounds": 1, "local_steps": 2, "lr": 0.01, "eval_every": 1, "device": "cpu"},
+        "train": {
+            "rounds": rounds,
+            "local_steps": 2,
+            "lr": 0.01,
+            "eval_every": rounds,
+            "device": "cpu",
+        },
         "runtime": {"kind": "flower", "insecure": True, "round_timeout_s": 1200},
         "codec": topk,
         "downlink": topk,
@@ -159,14 +170,8 @@ def run(
         watcher.sessions.add(processes.start("superlink", superlink_command(port=port)).pid)
         wait_for(lambda: healthy(port), 60, "the SuperLink did not start")
         for i in range(CLIENTS):
-            command = supernode_command(
-                superlink=f"127.0.0.1:{port}",
-                partition=i,
-                partitions=CLIENTS,
-                port=9094 + i,
-                insecure=True,
-                state_dir=work / f"state-{i}",
-            )
+            scheme = "topk-both-fresh" if fresh else "topk-both"
+            command = thinwire_client(f"127.0.0.1:{port}", i, work / f"state-{i}", scheme)
             watcher.sessions.add(processes.start(f"supernode-{i}", command).pid)
 
         def online() -> bool:
@@ -196,6 +201,8 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--size", default="100M", choices=list(SIZES))
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--fresh-process", action="store_true", help="Flower's per-message one")
     parser.add_argument("--poll", type=float, default=0.2)
     parser.add_argument("--timeout", type=float, default=1800, help="seconds the run may take")
     parser.add_argument("--out", type=Path, default=Path("benchmarks") / "results")
@@ -204,11 +211,12 @@ def main() -> None:
     model_mb = parameters(hidden) * 4 / 2**20
     work = args.out / "flower_memory"
     shutil.rmtree(work, ignore_errors=True)
-    summary, ended = run(hidden, args.poll, args.timeout, work)
+    summary, ended = run(hidden, args.rounds, args.fresh_process, args.poll, args.timeout, work)
+    clientapps = "a fresh process per message" if args.fresh_process else "the executor"
     print(
         f"{CLIENTS} clients, MLP [{hidden}, {hidden}] on digits ({parameters(hidden):,} "
-        f"parameters, {model_mb:.0f} MiB as float32), 1 round, top-1% with error feedback "
-        f"both ways, loopback; the run {ended}"
+        f"parameters, {model_mb:.0f} MiB as float32), {args.rounds} round(s), top-1% with "
+        f"error feedback both ways, loopback, ClientApps in {clientapps}; the run {ended}"
     )
     print("process | processes seen | peak RSS MiB (largest) | x model size")
     print("--- | --- | --- | ---")

@@ -8,6 +8,12 @@ Three clients train an MLP on digits (1M or 10M parameters, 2 local steps) for a
 - `topk-both`: thinwire, top-1% with error feedback both ways (the downlink codec sends
   compressed model deltas; round 1 still sends every client the full model).
 
+thinwire's clients are `thinwire client` SuperNodes, which run every message in one
+long-lived process (`thinwire.runtimes.flower.clientapp_executor`). The schemes
+`topk-up-fresh` and `topk-both-fresh` run the same experiments with `thinwire client
+--fresh-process`: a fresh `flwr-clientapp` process per message, as Flower's FedAvg baseline
+runs (`flower-supernode` with its default isolation).
+
 Each runs on loopback, then (as root, where `ip netns` and `tc` work) with every client in
 its own network namespace behind a veth pair shaped to 20 Mbit/s each way by `tc tbf`.
 Per-round times are the ServerApp's own (round start to aggregate); "wire MB/round" is
@@ -16,6 +22,7 @@ Flower's count of the bytes its SuperLink moved (`flwr ls`), headers included.
     python benchmarks/flower_star.py                     # the full table (about 15 min)
     python benchmarks/flower_star.py --sizes 1M --no-shaped --rounds 3
     python benchmarks/flower_star.py --sizes 10M --repeats 3   # medians of interleaved passes
+    python benchmarks/flower_star.py --sizes 10M --schemes fedavg topk-both topk-both-fresh
 """
 
 from __future__ import annotations
@@ -171,9 +178,17 @@ def experiment(size: str, scheme: str, rounds: int, output: Path) -> Experiment:
     }
     if scheme != "fedavg":
         raw["codec"] = topk
-    if scheme == "topk-both":
+    if scheme.startswith("topk-both"):
         raw["downlink"] = topk
     return parse_config(raw)
+
+
+def thinwire_client(superlink: str, partition: int, state_dir: Path, scheme: str) -> list[str]:
+    """`thinwire client` for one SuperNode; `-fresh` schemes start a process per message."""
+    command = ["thinwire", "client", "--superlink", superlink, "--insecure"]
+    command += ["--partition", str(partition), "--num-partitions", str(CLIENTS)]
+    command += ["--port", str(9094 + partition), "--state-dir", str(state_dir)]
+    return command + (["--fresh-process"] if scheme.endswith("-fresh") else [])
 
 
 def parameters(size: str) -> int:
@@ -319,9 +334,12 @@ def run_once(
         links = stack.enter_context(shaped_namespaces(CLIENTS)) if shaped else None
         for i in range(CLIENTS):
             address = f"{links[i][1]}:{port}" if links else f"127.0.0.1:{port}"
-            command = supernode_command(
-                superlink=address, partition=i, partitions=CLIENTS, port=9094 + i, insecure=True
-            )
+            if scheme == "fedavg":  # Flower's own SuperNode: a fresh process per message
+                command = supernode_command(
+                    superlink=address, partition=i, partitions=CLIENTS, port=9094 + i, insecure=True
+                )
+            else:
+                command = thinwire_client(address, i, folder / f"state-{i}", scheme)
             if links:
                 command = ["ip", "netns", "exec", links[i][0], *command]
             processes.start(f"supernode-{i}", command)
@@ -447,7 +465,12 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
-    parser.add_argument("--schemes", nargs="+", default=["fedavg", "topk-up", "topk-both"])
+    parser.add_argument(
+        "--schemes",
+        nargs="+",
+        default=["fedavg", "topk-up", "topk-both"],
+        choices=["fedavg", "topk-up", "topk-both", "topk-up-fresh", "topk-both-fresh"],
+    )
     parser.add_argument("--shaped", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument(
         "--repeats",

@@ -45,6 +45,7 @@ class ScaledRun(NamedTuple):
     run_dir: Path
     output: str
     returncode: int
+    client_logs: list[str]
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,8 @@ def scaled_run(tmp_path_factory: pytest.TempPathFactory) -> ScaledRun:
         cluster.stop()
     (run_dir,) = output.glob("flower-star-*")
     experiment = load_config(ROOT / EXAMPLE, overrides)
-    return ScaledRun(experiment, run_dir, done.stdout + done.stderr, done.returncode)
+    logs = [cluster.log(f"supernode-{i}") for i in range(3)]
+    return ScaledRun(experiment, run_dir, done.stdout + done.stderr, done.returncode, logs)
 
 
 def test_the_model_has_at_least_ten_million_parameters(scaled_run: ScaledRun) -> None:
@@ -84,3 +86,12 @@ def test_every_round_equals_the_simulators_bit_for_bit(scaled_run: ScaledRun) ->
             assert got[key] == want[key], (got["round"], key)
         assert (got["state_lost"], got["dropouts"]) == (0, 0)
     assert records[1]["bytes_down"] < records[0]["bytes_down"] / 20  # top-1% deltas after
+
+
+def test_one_long_lived_process_per_node_answered_every_train_message(
+    scaled_run: ScaledRun,
+) -> None:
+    for log in scaled_run.client_logs:
+        assert log.count("running the ClientApp messages of the SuperNode") == 1, log[-3000:]
+        assert log.count("train message of run") == 3, log[-3000:]  # one per round
+        assert ": failed in" not in log, log[-3000:]

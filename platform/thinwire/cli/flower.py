@@ -324,12 +324,23 @@ def client(
             "(repeat for several); installed thinwire.plugins entry points are always allowed.",
         ),
     ] = None,
+    fresh_process: Annotated[
+        bool,
+        typer.Option(
+            "--fresh-process",
+            help="Run every message in a fresh flwr-clientapp process (Flower's default), "
+            "which frees the model's memory between messages, instead of one long-lived "
+            "process that keeps the client and its state between rounds.",
+        ),
+    ] = False,
 ) -> None:
     """Start a Flower SuperNode that trains as one client (run one per client host).
 
     Runs `flower-supernode --superlink HOST:PORT --node-config "partition-id=I ..."` with
     Flower's telemetry and update check off, and starts a fresh one whenever the SuperLink
-    has restarted and no longer knows it (so clients outlive a server restart). Every run's
+    has restarted and no longer knows it (so clients outlive a server restart). Beside it
+    one long-lived process runs every message (unless --fresh-process), keeping the imports,
+    the client and its state between rounds instead of starting anew per message. Every run's
     experiment arrives with the run; training uses CUDA when the experiment says
     `device: auto` and this host has a GPU.
     Without --insecure the connection uses TLS, trusting --root-certificates or the system.
@@ -339,7 +350,11 @@ def client(
     import logging
     import shutil
 
-    from thinwire.runtimes.flower.deploy import flower_environment, supernode_command
+    from thinwire.runtimes.flower.deploy import (
+        clientapp_executor_command,
+        flower_environment,
+        supernode_command,
+    )
     from thinwire.runtimes.flower.messages import default_state_dir
     from thinwire.runtimes.flower.supernode import Supervisor
 
@@ -360,11 +375,13 @@ def client(
             root_certificates=root_certificates,
             state_dir=state_dir,
             plugins=allow_plugin or (),
+            isolation="subprocess" if fresh_process else "process",
         )
     except ValueError as exc:
         fail(str(exc))
+    companion = None if fresh_process else clientapp_executor_command(port)
     if shutil.which(command[0]) is None:
         fail(f"{command[0]} is not on PATH; install thinwire's dependencies (flwr)")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    code = Supervisor(command, flower_environment()).run()
+    code = Supervisor(command, flower_environment(), companion=companion).run()
     raise typer.Exit(code)

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from thinwire.learning import evaluate, load_federation, simulation_threads
 from thinwire.learning import trainer as trainer_module
 from thinwire.runtimes.flower import client_app, partition
 from thinwire.runtimes.flower.client_app import app
+from thinwire.runtimes.flower.clientapp_executor import executor_task
 from thinwire.runtimes.flower.messages import (
     EVALUATE,
     IDENTIFY,
@@ -320,3 +321,149 @@ def test_importing_the_clientapp_leaves_out_what_a_message_does_not_need() -> No
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
     )
     assert json.loads(done.stdout) == []
+
+
+# ----------------------------------------------------------------- under a ClientAppExecutor
+
+
+@pytest.fixture(autouse=True)
+def nothing_kept() -> Iterator[None]:
+    yield
+    client_app._kept = None  # a kept client must not reach the next test
+
+
+def under_executor(sent: Message, ctx: Context) -> Message:
+    """`app` as `ClientAppExecutor.run_task` calls it: the reply, then the deferred work."""
+    with executor_task() as deferred:
+        reply = app(sent, ctx)
+    for work in deferred:
+        work()
+    return reply
+
+
+def kept_run(exp: Experiment, folder: Path, rounds: int) -> tuple[Context, StateStore, Client]:
+    """A node that trained `rounds` rounds under the executor, checked against the simulator."""
+    federation = load_federation(exp)
+    server = Aggregator(
+        experiment=exp, workspace=federation.workspace, initial=federation.workspace.tensors()
+    )
+    x, y = federation.client_data(1)
+    reference = Client(index=1, experiment=exp, x=x, y=y, workspace=federation.workspace)
+    ctx = context(exp, **{"state-dir": str(folder)})
+    delivered = None
+    for round in range(1, rounds + 1):
+        downlink = server.broadcast(round, [1])[1]
+        order = instruction(downlink, round, delivered, state_round=round - 1)
+        got = read_train_reply(under_executor(message(order, TRAIN), ctx).content)
+        want = reference.train_round(downlink, round, delivered=delivered)
+        assert got.update == want.data  # bit for bit
+        assert server.receive(1, got.update).accepted
+        delivered = server.finish_round().delivered[1]
+    store = StateStore(folder, experiment=state_key(exp), partition=1, keep=2)
+    return ctx, store, reference
+
+
+def test_under_the_executor_the_client_is_kept_and_rounds_equal_the_simulators(
+    exp: Experiment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = {"load_partition": 0, "load": 0}
+
+    def counted(name: str, run: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return run(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(
+        client_app, "load_partition", counted("load_partition", client_app.load_partition)
+    )
+    monkeypatch.setattr(StateStore, "load", counted("load", StateStore.load))
+    ctx, store, _ = kept_run(exp, tmp_path, 3)
+    assert calls == {"load_partition": 1, "load": 0}  # built once, its state never read back
+    assert store.rounds() == [2, 3]  # and still saved every round
+    assert dict(ctx.state.config_records["thinwire.state"])["round"] == 3
+
+
+def test_under_the_executor_the_state_is_saved_after_the_reply(
+    exp: Experiment, tmp_path: Path
+) -> None:
+    ctx = context(exp, **{"state-dir": str(tmp_path)})
+    store = StateStore(tmp_path, experiment=state_key(exp), partition=1, keep=2)
+    with executor_task() as deferred:
+        reply = app(message(instruction(first_downlink(exp), 1), TRAIN), ctx)
+    assert not reply.has_error()
+    assert store.rounds() == [] and "thinwire.state" not in ctx.state.config_records
+    (save,) = deferred
+    save()  # what the executor runs once the reply is pushed, before the context
+    assert store.rounds() == [1]
+    assert dict(ctx.state.config_records["thinwire.state"])["round"] == 1
+
+
+def test_under_the_executor_a_mangled_folder_is_still_answered_with_state_lost(
+    exp: Experiment, tmp_path: Path
+) -> None:
+    ctx, store, _ = kept_run(exp, tmp_path, 1)
+    tensors = store.folder / "round-000001" / "tensors.pt"
+    tensors.write_bytes(tensors.read_bytes()[:100])
+    reply = under_executor(second_round(exp), ctx)
+    assert reply.has_error() and "tensors.pt has 100 bytes" in reply.error.reason
+    ctx, store, _ = kept_run(exp, tmp_path / "deleted", 1)
+    shutil.rmtree(store.folder)
+    reply = under_executor(second_round(exp), ctx)
+    assert reply.has_error() and "no client 1's state of round 1" in reply.error.reason
+
+
+def test_under_the_executor_an_older_round_is_read_back_from_the_folder(
+    exp: Experiment, tmp_path: Path
+) -> None:
+    # A server resumed from round 1's checkpoint asks a client that trained round 2.
+    ctx, store, _ = kept_run(exp, tmp_path, 2)
+    federation = load_federation(exp)
+    server = Aggregator(
+        experiment=exp, workspace=federation.workspace, initial=federation.workspace.tensors()
+    )
+    x, y = federation.client_data(1)
+    reference = Client(index=1, experiment=exp, x=x, y=y, workspace=federation.workspace)
+    first = server.broadcast(1, [1])[1]
+    result = reference.train_round(first, 1, delivered=None)
+    server.receive(1, result.data)
+    delivered = server.finish_round().delivered[1]
+    downlink = server.broadcast(2, [1])[1]
+    order = instruction(downlink, 2, delivered, state_round=1)
+    got = read_train_reply(under_executor(message(order, TRAIN), ctx).content)
+    assert got.update == reference.train_round(downlink, 2, delivered=delivered).data
+
+
+def test_under_the_executor_a_resynchronized_client_starts_afresh(
+    exp: Experiment, tmp_path: Path
+) -> None:
+    ctx, _, _ = kept_run(exp, tmp_path, 2)
+    federation = load_federation(exp)
+    x, y = federation.client_data(1)
+    fresh = Client(index=1, experiment=exp, x=x, y=y, workspace=federation.workspace)
+    downlink = first_downlink(exp)  # the full model, as a re-synchronization (or a new run) sends
+    reply = under_executor(message(instruction(downlink, 1, None, 0), TRAIN), ctx)
+    want = fresh.train_round(downlink, 1, delivered=None)
+    assert read_train_reply(reply.content).update == want.data  # no residual carried over
+
+
+def test_under_the_executor_a_save_that_fails_after_the_reply_is_reported_next_round(
+    exp: Experiment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(*args: object, **kwargs: object) -> str:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(StateStore, "save", full)
+    ctx = context(exp, **{"state-dir": str(tmp_path)})
+    reply = under_executor(message(instruction(first_downlink(exp), 1), TRAIN), ctx)
+    assert not reply.has_error()  # the update had gone out before the save failed
+    monkeypatch.undo()
+    lost = under_executor(second_round(exp), ctx)
+    assert lost.has_error() and is_state_lost(lost.error.reason)  # never a silent reset
+
+
+def test_outside_the_executor_nothing_is_kept(exp: Experiment, tmp_path: Path) -> None:
+    ctx = context(exp, **{"state-dir": str(tmp_path)})
+    app(message(instruction(first_downlink(exp), 1), TRAIN), ctx)
+    assert client_app._kept is None  # a fresh flwr-clientapp process ends with its message

@@ -19,6 +19,7 @@ from thinwire.config import FlowerRuntime, load_config, parse_config
 from thinwire.runtimes.flower.deploy import (
     CLIENT_APP,
     SERVER_APP,
+    clientapp_executor_command,
     flower_environment,
     superexec_command,
     superlink_command,
@@ -60,11 +61,23 @@ def test_a_supernode_serves_one_partition() -> None:
         "--insecure",
         "--superlink",
         "h:8000",
+        "--isolation",
+        "subprocess",
         "--port",
         "9094",
         "--node-config",
         "partition-id=1 num-partitions=3",
     ]
+    served = supernode_command(superlink="h:8000", partition=1, isolation="process", port=9100)
+    assert served[served.index("--isolation") + 1] == "process"
+    assert clientapp_executor_command(9100)[1:] == [
+        "-m",
+        "thinwire.runtimes.flower.clientapp_executor",
+        "--runtime-api-address",
+        "127.0.0.1:9100",
+    ]
+    with pytest.raises(ValueError, match="isolation"):
+        supernode_command(superlink="h:8000", partition=1, isolation="thread")
     kept = supernode_command(superlink="h:8000", partition=1, state_dir=Path("/var/tw state"))
     assert kept[-1] == 'partition-id=1 state-dir="/var/tw state"'
     assert parse_config_args([kept[-1]]) == {"partition-id": 1, "state-dir": "/var/tw state"}
@@ -249,7 +262,7 @@ def test_client_execs_a_supernode_for_its_partition(
     calls: list[tuple[list[str], dict[str, str]]] = []
 
     def supervise(self: Supervisor) -> int:
-        calls.append((self.command, self.env))
+        calls.append((self.command, self.env, self.companion))
         return 0
 
     monkeypatch.setattr("shutil.which", lambda name: f"/opt/bin/{name}")
@@ -260,7 +273,7 @@ def test_client_execs_a_supernode_for_its_partition(
         + ["--port", "9100", "--insecure"],
     )
     assert result.exit_code == 0, result.output
-    ((argv, env),) = calls
+    ((argv, env, companion),) = calls
     state_dir = (tmp_path / "flwr_home" / "thinwire-state").resolve()  # the default
     assert argv == supernode_command(
         superlink="server:8000",
@@ -269,8 +282,15 @@ def test_client_execs_a_supernode_for_its_partition(
         port=9100,
         insecure=True,
         state_dir=state_dir,
+        isolation="process",
     )
+    assert companion == clientapp_executor_command(9100)  # it serves the SuperNode's messages
     assert state_dir.is_dir()
+    fresh = runner.invoke(
+        cli, ["client", "--superlink", "s:1", "--partition", "0", "--insecure", "--fresh-process"]
+    )
+    assert fresh.exit_code == 0, fresh.output
+    assert calls[-1][0][4:6] == ["--isolation", "subprocess"] and calls[-1][2] is None
     chosen = runner.invoke(
         cli,
         ["client", "--superlink", "s:1", "--partition", "0", "--insecure"]

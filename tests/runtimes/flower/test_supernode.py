@@ -72,3 +72,27 @@ def test_sigterm_stops_the_supernode_and_the_supervisor(tmp_path: Path) -> None:
     assert code == -signal.SIGTERM  # the child was stopped by the same signal
     assert watcher.restarts == 0
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is put back
+
+
+def companion(tmp_path: Path, plan: str) -> list[str]:
+    """A fake process beside the SuperNode, with its own start counter."""
+    return [sys.executable, str(tmp_path / "fake_supernode.py"), str(tmp_path / "beside"), plan]
+
+
+def test_the_companion_runs_beside_the_supernode_and_is_restarted_when_it_dies(
+    tmp_path: Path,
+) -> None:
+    watcher, out = supervisor(tmp_path, "0@4,5", stale_s=30.0, startup_s=3.0)
+    watcher.companion = companion(tmp_path, "7@3.5,serve")
+    assert watcher.run() == 5  # the SuperNode's own story is unchanged
+    assert watcher.companion_restarts == 1  # it died after running a while: started again
+    assert (tmp_path / "beside").read_text() == "2"
+    assert "start 2" in out.getvalue()
+    assert watcher._companion is None  # stopped with the supervisor
+
+
+def test_a_companion_that_cannot_start_stops_the_supernode(tmp_path: Path) -> None:
+    watcher, out = supervisor(tmp_path, "serve", stale_s=30.0, startup_s=3.0)
+    watcher.companion = companion(tmp_path, "9")
+    assert watcher.run() == 9  # its code, not a SuperNode left without anyone serving it
+    assert watcher.companion_restarts == 0

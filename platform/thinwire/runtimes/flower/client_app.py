@@ -21,6 +21,15 @@ Handlers (message types, see `thinwire.runtimes.flower.messages`):
   re-synchronizes the client rather than have it train on the wrong base;
 - `evaluate`: measures the global model on this client's data (with `client_eval`).
 
+Under a `ClientAppExecutor` (`thinwire client`: every message of the node in one long-lived
+process, `thinwire.runtimes.flower.clientapp_executor`) the app keeps the client it built, and
+its state after the last round, for the next message: a train message at the round the kept
+state is at uses it, provided the node's state folder still holds, unchanged, the files this
+process wrote for that round (a `stat` of each, no read); otherwise the state is read from the
+folder and verified as above. Saving the new state is deferred until the reply is pushed. A
+save that fails there drops the kept state, so the next message finds the folder short and
+answers `StateLost`.
+
 A client that cannot serve (a SuperNode started for another experiment, an invalid
 downlink, a run config whose `plugins:` names a module this node does not allow: node config
 `allow-plugins`, `thinwire client --allow-plugin NAME`) answers with an `Error` whose reason
@@ -30,6 +39,8 @@ says what is wrong, as Flower's mods do.
 from __future__ import annotations
 
 import logging
+from functools import partial
+from typing import NamedTuple
 
 from flwr.app import ConfigRecord, Context, Error, Message
 from flwr.clientapp import ClientApp
@@ -48,6 +59,7 @@ from thinwire.learning import (
 )
 from thinwire.learning import evaluate as evaluate_model
 from thinwire.plugins import allowing
+from thinwire.runtimes.flower.clientapp_executor import defer, in_task
 from thinwire.runtimes.flower.messages import (
     ClientEvaluation,
     StateLost,
@@ -62,7 +74,7 @@ from thinwire.runtimes.flower.messages import (
     train_reply,
 )
 from thinwire.runtimes.flower.partition import load_partition
-from thinwire.runtimes.flower.state import StateStore, state_key
+from thinwire.runtimes.flower.state import Fingerprint, StateStore, state_key
 from thinwire.wire import Kind, WireError, decode
 
 __all__ = ["app"]
@@ -78,6 +90,20 @@ server names (`StateLost`), or a malformed downlink (`WireError`); all are `Valu
 
 _SAVED = "thinwire.state"
 """`context.state` record of the last state this node saved: run id, round, digest."""
+
+
+class _Kept(NamedTuple):
+    """The client an executor's process built, and which saved round its state is."""
+
+    key: tuple[str, int, str]  # the experiment (JSON), the partition, the state folder
+    client: Client
+    round: int | None = None  # None: the initial state; 0: a state no round saved
+    digest: str = ""
+    files: Fingerprint | None = None
+
+
+_kept: _Kept | None = None
+"""What this process keeps between messages (only under a `ClientAppExecutor`)."""
 
 
 @app.query()
@@ -99,17 +125,19 @@ def train(message: Message, context: Context) -> Message:
         store = _store(context, client)
         if order.state_round:
             client.state = _restore(store, order.state_round, client, context)
+        elif _kept_round(client) is not None:  # a re-synchronized kept client starts afresh
+            client.state = client.initial_state()
+        _keep_round(client, 0)  # until it is saved, the state is no round's
         with torch_threads(simulation_threads(client.experiment)):  # the simulator's, bit for bit
             result = client.train_round(order.downlink, order.round, delivered=order.delivered)
     except _CANNOT_SERVE as exc:
         return _refuse(message, exc)
-    try:
-        digest = store.save(client.state, order.round)
-    except OSError as exc:  # a full or read-only disk: the update must not count either
-        return _refuse(message, StateLost(f"cannot save client {client.index}'s state: {exc}"))
-    context.state[_SAVED] = ConfigRecord(
-        {"run": context.run_id, "round": order.round, "digest": digest}
-    )
+    save = partial(_save, store, client, order.round, context)
+    if not defer(partial(_save_after_reply, save)):
+        try:
+            save()
+        except OSError as exc:  # a full or read-only disk: the update must not count either
+            return _refuse(message, StateLost(f"cannot save client {client.index}'s state: {exc}"))
     reply = TrainReply(
         result.data, result.num_examples, result.train_loss, result.compute_s, result.epsilon
     )
@@ -136,8 +164,38 @@ def evaluate(message: Message, context: Context) -> Message:
     )
 
 
+def _save(store: StateStore, client: Client, round: int, context: Context) -> None:
+    """Saves the client's state after `round`, and records it for this process and the node."""
+    digest = store.save(client.state, round)
+    context.state[_SAVED] = ConfigRecord({"run": context.run_id, "round": round, "digest": digest})
+    _keep_round(client, round, digest, store.fingerprint(round))
+
+
+def _kept_round(client: Client) -> int | None:
+    """The round whose saved state `client` holds, if this process keeps it (see `_Kept`)."""
+    return _kept.round if _kept is not None and _kept.client is client else None
+
+
+def _keep_round(
+    client: Client, round: int, digest: str = "", files: Fingerprint | None = None
+) -> None:
+    global _kept
+    if _kept is not None and _kept.client is client:
+        _kept = _kept._replace(round=round, digest=digest, files=files)
+
+
+def _save_after_reply(save: partial[None]) -> None:
+    global _kept
+    try:
+        save()
+    except OSError as exc:  # the update is counted; the next message reports the loss
+        _kept = None
+        logger.error("cannot save the client's state after replying: %s", exc)
+
+
 def _client(context: Context) -> Client:
-    """This node's client, in its initial state."""
+    """This node's client: the one this process kept, or one built in its initial state."""
+    global _kept
     with allowing(node_plugins(context.node_config)):  # the run config is the server's word
         experiment = read_run_config(context.run_config).experiment
     identity = node_identity(context.node_config)
@@ -151,20 +209,28 @@ def _client(context: Context) -> Client:
                 f"experiment has {clients} clients (data.clients)"
             ],
         )
-    data = load_partition(node_state_dir(context.node_config), experiment, identity.partition)
+    folder = node_state_dir(context.node_config)
+    key = (experiment.model_dump_json(), identity.partition, str(folder))
+    if _kept is not None and _kept.key == key and in_task():
+        return _kept.client
+    _kept = None  # what another experiment kept is freed before this one is built
+    data = load_partition(folder, experiment, identity.partition)
     device = resolve_device(experiment.train.device)
     # Blank: every round's weights come from the downlink (the full model, or the client's
     # copy plus a delta), so drawing initial ones would be wasted work.
     model = build_model(
         experiment.model, data.input_shape, data.num_classes, seed=None, device=device
     )
-    return build_client(
+    client = build_client(
         index=identity.partition,
         experiment=experiment,
         x=data.x.to(device),
         y=data.y.to(device),
         workspace=Workspace(model, device),
     )
+    if in_task():
+        _kept = _Kept(key, client)
+    return client
 
 
 def _store(context: Context, client: Client) -> StateStore:
@@ -191,8 +257,19 @@ def _restore(store: StateStore, round: int, client: Client, context: Context) ->
         StateLost: if the store does not hold that state intact, or holds another state
             than the one this SuperNode saved for that round in this run.
     """
-    state, digest = store.load(round, client.state, client.workspace.tensors())
     saved = context.state.config_records.get(_SAVED)
+    kept = _kept
+    if (
+        kept is not None
+        and kept.client is client
+        and kept.round == round
+        and kept.files is not None
+        and kept.files == store.fingerprint(round)
+        and (saved is None or saved.get("round") != round or saved.get("digest") == kept.digest)
+    ):
+        return client.state
+    template = client.state if _kept_round(client) is None else client.initial_state()
+    state, digest = store.load(round, template, client.workspace.tensors())
     if saved is not None and saved.get("round") == round and saved.get("digest") != digest:
         raise StateLost(
             f"client {client.index}'s state of round {round} in {store.folder} is not the "

@@ -8,8 +8,10 @@ wrappers:
   <folder> <connection>` runs it; `thinwire server` does exactly that.
 - `write_connection` writes a `$FLWR_HOME/config.toml` naming the SuperLink.
 - `superlink_command`, `superexec_command` and `supernode_command` are the daemons' command
-  lines. `docker-compose.yml` and the multi-process tests run these same commands (a test
-  compares them), and `thinwire client` execs `supernode_command`.
+  lines, and `clientapp_executor_command` the process that serves a SuperNode started with
+  `isolation="process"`. `docker-compose.yml` and the multi-process tests run these same
+  commands (a test compares them), and `thinwire client` runs `supernode_command` with
+  `clientapp_executor_command` beside it.
 
 Daemons get `flower_environment()`: Flower's update check and telemetry off, and a 0.1 s
 SuperExec task poll (the default 1 s adds up to a second to every message).
@@ -46,6 +48,7 @@ from thinwire.runtimes.flower.run_config import field_keys
 __all__ = [
     "CLIENT_APP",
     "CONNECTION",
+    "clientapp_executor_command",
     "die_with_parent",
     "SERVER_APP",
     "SUPERLINK_PORT",
@@ -166,8 +169,9 @@ def supernode_command(
     root_certificates: Path | None = None,
     state_dir: Path | None = None,
     plugins: Sequence[str] = (),
+    isolation: str = "subprocess",
 ) -> list[str]:
-    """A SuperNode serving client `partition` (what `thinwire client` execs).
+    """A SuperNode serving client `partition` (what `thinwire client` runs).
 
     Args:
         superlink: the SuperLink's host:port.
@@ -181,6 +185,9 @@ def supernode_command(
             (`thinwire.runtimes.flower.messages.default_state_dir`).
         plugins: the modules a run's `plugins:` list may make this node import (beyond the
             installed `thinwire.plugins` entry points).
+        isolation: `subprocess` lets the SuperNode start a fresh `flwr-clientapp` process
+            per message (Flower's default); `process` leaves its messages to a process
+            connecting to its Runtime API (`clientapp_executor_command`).
 
     Raises:
         ValueError: for a partition outside [0, partitions), a state folder path with a
@@ -188,6 +195,8 @@ def supernode_command(
     """
     if partition < 0 or (partitions is not None and partition >= partitions):
         raise ValueError(f"partition {partition} is not in [0, {partitions})")
+    if isolation not in ("subprocess", "process"):
+        raise ValueError(f"isolation must be 'subprocess' or 'process', got {isolation!r}")
     node_config = f"{NODE_PARTITION}={partition}"
     if partitions is not None:
         node_config += f" {NODE_NUM_PARTITIONS}={partitions}"
@@ -205,10 +214,27 @@ def supernode_command(
         *_trust(insecure, root_certificates),
         "--superlink",
         superlink,
+        "--isolation",
+        isolation,
         "--port",
         str(port),
         "--node-config",
         node_config,
+    ]
+
+
+def clientapp_executor_command(port: int = SUPERNODE_PORT) -> list[str]:
+    """The process that runs every message of the SuperNode on `port` (this host's loopback).
+
+    See `thinwire.runtimes.flower.clientapp_executor`; the SuperNode must be started with
+    `isolation="process"`.
+    """
+    return [
+        sys.executable,
+        "-m",
+        "thinwire.runtimes.flower.clientapp_executor",
+        "--runtime-api-address",
+        f"127.0.0.1:{port}",
     ]
 
 

@@ -25,6 +25,7 @@ stay on disk, so a server resumed from an older checkpoint finds the round it as
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from collections.abc import Mapping
@@ -40,7 +41,10 @@ from thinwire.runtimes.flower.messages import StateLost
 from thinwire.runtimes.flower.node_files import Damaged, read_manifest, read_tensors, write_folder
 from thinwire.statetree import Leaf, flatten, unflatten
 
-__all__ = ["StateStore", "state_key"]
+__all__ = ["Fingerprint", "StateStore", "state_key"]
+
+Fingerprint = tuple[tuple[str, int, int, int], ...]
+"""A round folder's files as `stat` sees them: (name, inode, size, modification ns) each."""
 
 _FORMAT = "thinwire-client-state"
 _VERSION = 1
@@ -99,6 +103,21 @@ class StateStore:
         digest = write_folder(self._path(round), tensors, body)
         self._prune(round)
         return digest
+
+    def fingerprint(self, round: int) -> Fingerprint | None:
+        """What `stat` says of the files of `round`'s folder; None if it is missing.
+
+        A process that keeps the state it saved compares this before reusing it: a folder
+        deleted, truncated, rewritten or replaced since the save gives another fingerprint
+        (and is then read with `load`, which verifies it), at the cost of a `stat` per file.
+        """
+        folder = self._path(round)
+        try:
+            entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
+            stats = [(entry.name, entry.stat(follow_symlinks=False)) for entry in entries]
+        except OSError:
+            return None
+        return tuple((name, st.st_ino, st.st_size, st.st_mtime_ns) for name, st in stats)
 
     def load(
         self, round: int, initial: ClientState, model: Mapping[str, torch.Tensor]

@@ -10,6 +10,11 @@ fresh one (which registers anew) when the child has done nothing but fail to con
 the node's disk (`thinwire.runtimes.flower.state`), so the fresh SuperNode continues where the
 old one stopped. A child that exits within `startup_s` (bad arguments, a port in use) is not
 restarted: its exit code is returned.
+
+Beside the SuperNode the supervisor can keep a companion process: `thinwire client` runs the
+ClientApp executor there (`thinwire.runtimes.flower.clientapp_executor`), which serves the
+SuperNode's messages. It outlives SuperNode restarts (it waits for the Runtime API to come
+back), is started afresh if it dies, and is stopped with the supervisor.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ class Supervisor:
         stale_s: restart after this long with nothing but failed connection attempts.
         startup_s: a child that exits sooner is not restarted (it cannot start at all).
         out: where the child's output goes.
+        companion: a command to keep running beside the SuperNode (None: none).
     """
 
     def __init__(
@@ -53,6 +59,7 @@ class Supervisor:
         stale_s: float = 30.0,
         startup_s: float = 10.0,
         out: TextIO = sys.stdout,
+        companion: Sequence[str] | None = None,
     ) -> None:
         if not stale_s > 0 or not startup_s >= 0:
             raise ValueError(f"stale_s must be > 0 and startup_s >= 0, got {stale_s}, {startup_s}")
@@ -61,7 +68,9 @@ class Supervisor:
         self.stale_s = stale_s
         self.startup_s = startup_s
         self.out = out
+        self.companion = list(companion) if companion is not None else None
         self.restarts = 0
+        self.companion_restarts = 0
         self._stopping = threading.Event()
         self._failing_since: float | None = None
         self._lock = threading.Lock()
@@ -73,9 +82,12 @@ class Supervisor:
         """
         previous = {s: signal.signal(s, self._stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
+            self._start_companion()
             while True:
                 started = time.monotonic()
                 code = self._run_once()
+                if self._companion_failed is not None:
+                    return self._companion_failed
                 if self._stopping.is_set():
                     return code
                 if time.monotonic() - started < self.startup_s and code != _RESTARTED:
@@ -86,8 +98,81 @@ class Supervisor:
                 if self._stopping.is_set():
                     return 0
         finally:
+            self._stop_companion()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    _companion: subprocess.Popen[str] | None = None
+
+    def _start_companion(self) -> None:
+        if self.companion is None:
+            return
+        self._companion = self._spawn(self.companion)
+        self._companion_since = time.monotonic()
+
+    _companion_since = 0.0
+    _companion_failed: int | None = None
+
+    def _keep_companion(self, supernode: subprocess.Popen[str]) -> None:
+        companion = self._companion
+        if companion is None or companion.poll() is None or self._stopping.is_set():
+            return
+        if time.monotonic() - self._companion_since < self.startup_s:  # it cannot start
+            logger.error(
+                "the process beside the SuperNode exited with code %s right after it started; "
+                "stopping the SuperNode too",
+                companion.returncode,
+            )
+            self._companion_failed = companion.returncode or 1
+            self._stopping.set()
+            supernode.terminate()
+            return
+        self.companion_restarts += 1
+        logger.warning(
+            "the process beside the SuperNode exited with code %s; starting it again",
+            companion.returncode,
+        )
+        self._start_companion()
+
+    def _stop_companion(self) -> None:
+        companion, self._companion = self._companion, None
+        if companion is None:
+            return
+        if companion.poll() is None:
+            companion.terminate()
+            try:
+                companion.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                companion.kill()
+                companion.wait()
+        if self._companion_reader is not None:
+            self._companion_reader.join(timeout=5)
+
+    _companion_reader: threading.Thread | None = None
+
+    def _spawn(self, command: Sequence[str]) -> subprocess.Popen[str]:
+        """Starts the companion, its output relayed to `out` (it never marks the link stale)."""
+        child = subprocess.Popen(
+            list(command),
+            env=self.env,
+            preexec_fn=die_with_parent,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+        )
+        self._companion_reader = threading.Thread(
+            target=self._pass_through, args=(child,), daemon=True
+        )
+        self._companion_reader.start()
+        return child
+
+    def _pass_through(self, child: subprocess.Popen[str]) -> None:
+        if child.stdout is None:  # a programming error: the child is opened with stdout=PIPE
+            raise RuntimeError("the companion's output is not piped, so it cannot be relayed")
+        for line in child.stdout:
+            self.out.write(line)
+            self.out.flush()
 
     def _stop(self, signum: int, frame: FrameType | None) -> None:
         del frame
@@ -130,6 +215,7 @@ class Supervisor:
                 except subprocess.TimeoutExpired:
                     child.kill()
                 break
+            self._keep_companion(child)
             self._stopping.wait(0.5)
             if self._stopping.is_set():
                 try:
