@@ -167,9 +167,7 @@ mark("round 2: kept client and state, train + encode (the reply)")
 for work in deferred:
     work()
 mark("round 2: save state, after the reply")
-model_bytes = 4 * raw["model"]["hidden"][0] * (64 + 1 + 10) + 40
-print(json.dumps({"marks": marks, "update_bytes": len(got.update or b""),
-                  "model_bytes": model_bytes}))
+print(json.dumps({"marks": marks, "update_bytes": len(got.update or b"")}))
 """
 
 MODES = ("rebuilt", "cached")

@@ -107,7 +107,7 @@ class Supervisor:
     def _start_companion(self) -> None:
         if self.companion is None:
             return
-        self._companion = self._spawn(self.companion)
+        self._companion, self._companion_reader = self._spawn(self.companion, watch_link=False)
         self._companion_since = time.monotonic()
 
     _companion_since = 0.0
@@ -150,30 +150,6 @@ class Supervisor:
 
     _companion_reader: threading.Thread | None = None
 
-    def _spawn(self, command: Sequence[str]) -> subprocess.Popen[str]:
-        """Starts the companion, its output relayed to `out` (it never marks the link stale)."""
-        child = subprocess.Popen(
-            list(command),
-            env=self.env,
-            preexec_fn=die_with_parent,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            bufsize=1,
-        )
-        self._companion_reader = threading.Thread(
-            target=self._pass_through, args=(child,), daemon=True
-        )
-        self._companion_reader.start()
-        return child
-
-    def _pass_through(self, child: subprocess.Popen[str]) -> None:
-        if child.stdout is None:  # a programming error: the child is opened with stdout=PIPE
-            raise RuntimeError("the companion's output is not piped, so it cannot be relayed")
-        for line in child.stdout:
-            self.out.write(line)
-            self.out.flush()
-
     def _stop(self, signum: int, frame: FrameType | None) -> None:
         del frame
         self._stopping.set()
@@ -184,9 +160,15 @@ class Supervisor:
 
     _child: subprocess.Popen[str] | None = None
 
-    def _run_once(self) -> int:
+    def _spawn(
+        self, command: Sequence[str], *, watch_link: bool
+    ) -> tuple[subprocess.Popen[str], threading.Thread]:
+        """Starts `command` with its output relayed to `out` by the returned thread.
+
+        `watch_link` makes the relay track failed connection attempts (the SuperNode's).
+        """
         child = subprocess.Popen(
-            self.command,
+            list(command),
             env=self.env,
             preexec_fn=die_with_parent,
             stdout=subprocess.PIPE,
@@ -194,11 +176,15 @@ class Supervisor:
             text=True,
             bufsize=1,
         )
+        reader = threading.Thread(target=self._relay, args=(child, watch_link), daemon=True)
+        reader.start()
+        return child, reader
+
+    def _run_once(self) -> int:
+        self._failing_since = None
+        child, reader = self._spawn(self.command, watch_link=True)
         with self._lock:
             self._child = child
-        self._failing_since = None
-        reader = threading.Thread(target=self._relay, args=(child,), daemon=True)
-        reader.start()
         stale = False
         while child.poll() is None:
             since = self._failing_since
@@ -228,12 +214,14 @@ class Supervisor:
             self._child = None
         return _RESTARTED if stale else code
 
-    def _relay(self, child: subprocess.Popen[str]) -> None:
+    def _relay(self, child: subprocess.Popen[str], watch_link: bool) -> None:
         if child.stdout is None:  # a programming error: the child is opened with stdout=PIPE
-            raise RuntimeError("the SuperNode's output is not piped, so it cannot be relayed")
+            raise RuntimeError("the child's output is not piped, so it cannot be relayed")
         for line in child.stdout:
             self.out.write(line)
             self.out.flush()
+            if not watch_link:
+                continue
             if FAILED_CONNECTION in line:
                 if self._failing_since is None:
                     self._failing_since = time.monotonic()
